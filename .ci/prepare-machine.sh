@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Prepares a bare CI machine of this workplace for `make test` (see ../shared/docs/machine.md):
+# a Docker engine, the buildx and compose plugins, an offline Debian base image (no registry is
+# reachable here), the host CA bundle for pip behind the intercepting proxy, and a torch wheelhouse.
+# Every step is idempotent, so a developer can run it again on a machine that already has them.
+set -euo pipefail
+
+readonly PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
+readonly BASE_IMAGE=debian:bookworm-slim
+readonly NEXT_DEBIAN_RELEASE=trixie
+
+log() { printf '[prepare-machine] %s\n' "$*" >&2; }
+
+install_debian_packages() {
+  local missing=()
+  for pkg in docker.io debootstrap; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+# The current Debian release has no buildx; the next release's static plugins work with dockerd 20.10.
+install_cli_plugins() {
+  if [[ -x $PLUGIN_DIR/docker-buildx && -x $PLUGIN_DIR/docker-compose ]]; then return; fi
+  log "installing buildx and compose plugins from Debian $NEXT_DEBIAN_RELEASE"
+  local mirror work
+  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+  work=$(mktemp -d)
+  mkdir -p "$work/lists" "$work/archives/partial"
+  echo "deb $mirror $NEXT_DEBIAN_RELEASE main" >"$work/sources.list"
+  local apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o "Dir::Etc::SourceParts=-"
+                  -o "Dir::State::Lists=$work/lists" -o "Dir::Cache::Archives=$work/archives")
+  apt-get "${apt_opts[@]}" update -qq
+  (cd "$work" && apt-get "${apt_opts[@]}" download docker-buildx docker-compose >/dev/null)
+  mkdir -p "$PLUGIN_DIR"
+  for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/root"; done
+  install -m 0755 "$work"/root/usr/libexec/docker/cli-plugins/* "$PLUGIN_DIR/"
+  rm -rf "$work"
+}
+
+start_docker_engine() {
+  if docker info >/dev/null 2>&1; then return; fi
+  log "starting dockerd"
+  setsid dockerd >/var/log/dockerd.log 2>&1 </dev/null &
+  for _ in $(seq 60); do
+    docker info >/dev/null 2>&1 && return
+    sleep 1
+  done
+  log "dockerd did not answer within 60 s; see /var/log/dockerd.log"
+  exit 1
+}
+
+# No registry is reachable, so the Dockerfile's CPU base is made here and tagged with the name it expects.
+build_offline_base_image() {
+  if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then return; fi
+  log "building $BASE_IMAGE with debootstrap"
+  local mirror rootfs
+  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+  rootfs=$(mktemp -d)
+  debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >/dev/null
+  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
+  tar -C "$rootfs" -c . | docker import -c 'CMD ["bash"]' - "$BASE_IMAGE" >/dev/null
+  rm -rf "$rootfs"
+}
+
+install_cli_plugins_and_engine() {
+  install_debian_packages
+  install_cli_plugins
+  start_docker_engine
+  build_offline_base_image
+}
+
+install_cli_plugins_and_engine
+log "ready: $(docker version --format 'engine {{.Server.Version}}'), $(docker buildx version | cut -d' ' -f1-2), $(docker compose version --short | sed 's/^/compose /')"

@@ -1,0 +1,111 @@
+# PyTorch multi-GPU development and training image: JupyterLab, SSH, tmux and torchrun in one container.
+#
+#   FLAVOR=gpu (default)  NVIDIA's NGC PyTorch image: PyTorch, CUDA, cuDNN and NCCL as NVIDIA ships them.
+#   FLAVOR=cpu            Debian + a Python virtual environment + the CPU build of torch (laptops, CI).
+#
+# Both flavors go through the same `runtime` stage, so what CI proves on CPU is what users run on GPU,
+# apart from the base. Build with `make build FLAVOR=gpu|cpu` (BuildKit is required for the mounts).
+
+ARG FLAVOR=gpu
+ARG NGC_IMAGE=nvcr.io/nvidia/pytorch
+ARG NGC_TAG=25.08-py3
+ARG CPU_BASE_IMAGE=debian:bookworm-slim
+
+# ---------------------------------------------------------------------------------------------- GPU base
+FROM ${NGC_IMAGE}:${NGC_TAG} AS base-gpu
+ARG NGC_IMAGE
+ARG NGC_TAG
+# NGC installs torch system-wide and pins it (and hundreds of packages) in PIP_CONSTRAINT, which our
+# pip installs honour; it also ships its own entrypoint, which ours replaces (see entrypoint.sh).
+ENV IMAGE_BASE="${NGC_IMAGE}:${NGC_TAG}"
+
+# ---------------------------------------------------------------------------------------------- CPU base
+FROM ${CPU_BASE_IMAGE} AS base-cpu
+ARG CPU_BASE_IMAGE
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG PIP_INDEX_URL=https://pypi.org/simple
+# PYTORCH_VERSION is the variable NGC images set; the CPU flavor sets it too, for the labels below.
+ENV IMAGE_BASE="${CPU_BASE_IMAGE}" \
+    PYTORCH_VERSION="${TORCH_VERSION}" \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH}
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    --mount=type=bind,source=docker/build,target=/build \
+    /build/apt-install.sh python3 python3-venv ca-certificates \
+ && python3 -m venv "$VIRTUAL_ENV"
+# torch comes from the wheelhouse when it holds the pinned version, otherwise from the CPU index.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca_bundle \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=docker/build,target=/build \
+    /build/pip-install-torch.sh "torch==${TORCH_VERSION}" "$TORCH_INDEX_URL"
+
+# ------------------------------------------------------------------------------------- shared runtime
+FROM base-${FLAVOR} AS runtime
+ARG FLAVOR
+ARG PIP_INDEX_URL=https://pypi.org/simple
+ARG USERNAME=dev
+ARG USER_UID=1000
+ARG USER_GID=1000
+
+# OS packages: services, a login environment and the tools people reach for inside a training box.
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    --mount=type=bind,source=docker/build,target=/build \
+    /build/apt-install.sh openssh-server tmux tini git procps iproute2 curl ca-certificates \
+        vim-tiny less htop libnss-wrapper locales-all \
+ # Debian's postinst generates host keys; an image must never carry them (see start.d/30-ssh.sh).
+ && rm -f /etc/ssh/ssh_host_*
+
+# Python packages we add, resolved against the base's constraints and never replacing its torch.
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=secret,id=ca_bundle \
+    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    --mount=type=bind,source=docker/build,target=/build \
+    --mount=type=bind,source=docker/requirements.txt,target=/build-requirements.txt \
+    /build/pip-install-environment.sh /build-requirements.txt
+
+# The non-root user, uid 1000 by default; PUID/PGID remap it at start (start.d/10-user.sh).
+RUN --mount=type=bind,source=docker/build,target=/build \
+    /build/create-user.sh "$USERNAME" "$USER_UID" "$USER_GID"
+
+ENV CONTAINER_USER=${USERNAME} \
+    SHELL=/bin/bash \
+    LANG=C.UTF-8 \
+    PYTHONUNBUFFERED=1
+
+# Everything baked into the image from docker/: configs, start-up hooks, healthcheck, motd.
+COPY docker/rootfs/ /
+COPY entrypoint.sh /usr/local/bin/entrypoint.sh
+# `ssh host CMD` runs a non-login bash, which reads only /etc/bash.bashrc: give it the container's env.
+RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTION-}" ] && . /etc/profile.d/zz-container-env.sh' /etc/bash.bashrc \
+ && ln -sf /opt/scripts/doctor.py /usr/local/bin/doctor \
+ && install -d -o "$USERNAME" -g "$USERNAME" /workspace \
+ # Any uid may run the entrypoint (docker run --user), and it records the started services here.
+ && install -d -m 1777 /run/container
+# Scripts change most often, so they come last: editing the trainer rebuilds only this layer.
+COPY scripts/ /opt/scripts/
+
+WORKDIR /workspace
+EXPOSE 8888 2222
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 CMD ["/usr/local/bin/healthcheck"]
+# tini reaps zombies and, with -g, forwards SIGTERM to every process of the group (sshd, jupyter).
+ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/usr/local/bin/entrypoint.sh"]
+CMD []
+
+# Last, so that a new revision or date changes only metadata. CUDA_VERSION comes from NGC's base.
+ARG SOURCE_URL=""
+ARG REVISION=""
+ARG CREATED=""
+LABEL org.opencontainers.image.title="pytorch-dev ${FLAVOR}" \
+      org.opencontainers.image.description="PyTorch multi-GPU development and training: JupyterLab, SSH, tmux, torchrun" \
+      org.opencontainers.image.source="${SOURCE_URL}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      dev.pytorch-dev.flavor="${FLAVOR}" \
+      dev.pytorch-dev.base-image="${IMAGE_BASE}" \
+      dev.pytorch-dev.torch-version="${PYTORCH_VERSION}" \
+      dev.pytorch-dev.cuda-version="${CUDA_VERSION:-none}"

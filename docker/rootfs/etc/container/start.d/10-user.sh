@@ -1,0 +1,61 @@
+# Start-up hook (sourced by entrypoint.sh): who the container user is.
+# Started as root (the default): PUID/PGID remap the user so files in bind mounts carry the host's ids.
+# Started with `docker run --user UID:GID`: that uid gets a passwd entry and a HOME through nss_wrapper,
+# because tools such as torch.compile (getpass) and ssh-keygen fail for a uid the system does not know.
+
+validate_numeric_id() {
+  local name=$1 value=${!1:-} hint=$2
+  [[ -z $value ]] && return 0
+  [[ $value =~ ^[0-9]+$ ]] || fatal "$name='$value' is not a numeric id; set it to the output of \`$hint\` on the host"
+  ((value != 0)) || fatal "$name=0 would give the container user root's id; set it to a non-root id (\`$hint\` on the host)"
+}
+
+remap_user_ids() {
+  local current_uid current_gid
+  current_uid=$(id -u "$CONTAINER_USER")
+  current_gid=$(id -g "$CONTAINER_USER")
+  if [[ -n ${PGID:-} && $PGID != "$current_gid" ]]; then
+    # -o: the id may already belong to a group of the base image; sharing it is what the host does.
+    groupmod --non-unique --gid "$PGID" "$CONTAINER_USER"
+  fi
+  if [[ -n ${PUID:-} && $PUID != "$current_uid" ]]; then
+    usermod --non-unique --uid "$PUID" "$CONTAINER_USER"
+  fi
+  if [[ ${PUID:-$current_uid} != "$current_uid" || ${PGID:-$current_gid} != "$current_gid" ]]; then
+    log_info "container user $CONTAINER_USER now has uid:gid $(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")"
+    # The home, and the cache volume mounted in it, still carry the old ids.
+    chown -R "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")" "/home/$CONTAINER_USER"
+  fi
+  chown "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")" /workspace 2>/dev/null || true
+}
+
+give_unknown_uid_a_passwd_entry() {
+  local uid gid home library
+  uid=$(id -u) gid=$(id -g)
+  getent passwd "$uid" >/dev/null && return 0
+  library=$(compgen -G '/usr/lib/*/libnss_wrapper.so' | head -n 1) ||
+    fatal "uid $uid has no passwd entry and libnss_wrapper is missing from the image; rebuild it"
+  home=/home/$CONTAINER_USER
+  [[ -w $home ]] || { home=/tmp/home-$uid; mkdir -p "$home"; }
+  NSS_WRAPPER_PASSWD=$(mktemp) NSS_WRAPPER_GROUP=$(mktemp)
+  grep -v "^$CONTAINER_USER:" /etc/passwd >"$NSS_WRAPPER_PASSWD"
+  echo "$CONTAINER_USER:x:$uid:$gid:container user:$home:/bin/bash" >>"$NSS_WRAPPER_PASSWD"
+  cp /etc/group "$NSS_WRAPPER_GROUP"
+  getent group "$gid" >/dev/null || echo "$CONTAINER_USER:x:$gid:" >>"$NSS_WRAPPER_GROUP"
+  export LD_PRELOAD=$library NSS_WRAPPER_PASSWD NSS_WRAPPER_GROUP
+  log_info "uid $uid is not in /etc/passwd: running as $CONTAINER_USER ($uid:$gid) with HOME=$home"
+}
+
+validate_numeric_id PUID "id -u"
+validate_numeric_id PGID "id -g"
+if ((EUID == 0)); then
+  remap_user_ids
+else
+  [[ -z ${PUID:-}${PGID:-} ]] ||
+    log_warn "PUID/PGID are ignored: the container was started as uid $(id -u) (--user); drop --user to use them"
+  give_unknown_uid_a_passwd_entry
+fi
+CONTAINER_UID=$(id -u "$CONTAINER_USER" 2>/dev/null || id -u)
+CONTAINER_GID=$(id -g "$CONTAINER_USER" 2>/dev/null || id -g)
+export HOME=/home/$CONTAINER_USER USER=$CONTAINER_USER LOGNAME=$CONTAINER_USER
+[[ -w $HOME ]] || ((EUID == 0)) || export HOME=/tmp/home-$(id -u)

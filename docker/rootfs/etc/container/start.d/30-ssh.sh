@@ -1,0 +1,67 @@
+# Start-up hook (sourced by entrypoint.sh): prepare sshd on port 2222 when the SSH service will run.
+# Key-only logins for the container user. Host keys are made here, at first start, into a volume
+# (/etc/ssh/host_keys): never baked into the image, so two deployments never share host keys.
+# Authorized keys come from SSH_AUTHORIZED_KEYS (one or more public keys, one a line) and/or
+# SSH_AUTHORIZED_KEYS_FILE (a mounted file); keys in ~/.ssh/authorized_keys work as well.
+
+readonly HOST_KEYS_DIR=/etc/ssh/host_keys
+readonly AUTHORIZED_KEYS_DIR=/etc/ssh/authorized_keys
+
+ensure_host_keys() {
+  local type key
+  mkdir -p "$HOST_KEYS_DIR"
+  for type in ed25519 rsa; do
+    key=$HOST_KEYS_DIR/ssh_host_${type}_key
+    if [[ ! -s $key ]]; then
+      ssh-keygen -q -t "$type" -N '' -C "" -f "$key"
+      log_info "generated SSH host key $(ssh-keygen -l -f "$key.pub" | cut -d' ' -f2) ($type)"
+    fi
+  done
+}
+
+# Prints each public key of $2 (text), failing with a line that names $1 when one is malformed.
+validated_keys() {
+  local source=$1 text=$2 line number=0
+  while IFS= read -r line || [[ -n $line ]]; do
+    number=$((number + 1))
+    [[ -z ${line// /} || $line == \#* ]] && continue
+    ssh-keygen -l -f /dev/stdin <<<"$line" >/dev/null 2>&1 ||
+      fatal "$source line $number is not an SSH public key; use the single line of your ~/.ssh/id_ed25519.pub"
+    printf '%s\n' "$line"
+  done <<<"$text"
+}
+
+write_authorized_keys() {
+  local keys_from_env="" keys_from_file=""
+  # validated_keys runs in a subshell: its fatal line is printed there, and `|| exit` stops us here.
+  if [[ -n ${SSH_AUTHORIZED_KEYS:-} ]]; then
+    keys_from_env=$(validated_keys SSH_AUTHORIZED_KEYS "$SSH_AUTHORIZED_KEYS") || exit
+  fi
+  if [[ -n ${SSH_AUTHORIZED_KEYS_FILE:-} ]]; then
+    [[ -f $SSH_AUTHORIZED_KEYS_FILE && -r $SSH_AUTHORIZED_KEYS_FILE ]] ||
+      fatal "SSH_AUTHORIZED_KEYS_FILE=$SSH_AUTHORIZED_KEYS_FILE cannot be read; mount your public key file there (read-only)"
+    keys_from_file=$(validated_keys "SSH_AUTHORIZED_KEYS_FILE ($SSH_AUTHORIZED_KEYS_FILE)" \
+                       "$(<"$SSH_AUTHORIZED_KEYS_FILE")") || exit
+  fi
+  # Root-owned and read-only for the user: sshd reads it, the user cannot widen it by accident.
+  install -d -m 0755 "$AUTHORIZED_KEYS_DIR"
+  printf '%s\n%s\n' "$keys_from_env" "$keys_from_file" | sed '/^$/d' >"$AUTHORIZED_KEYS_DIR/$CONTAINER_USER"
+  chmod 0644 "$AUTHORIZED_KEYS_DIR/$CONTAINER_USER"
+  if [[ ! -s $AUTHORIZED_KEYS_DIR/$CONTAINER_USER && ! -s /home/$CONTAINER_USER/.ssh/authorized_keys ]]; then
+    log_warn "SSH is on but no public key was given, so nobody can log in; set SSH_AUTHORIZED_KEYS or" \
+             "SSH_AUTHORIZED_KEYS_FILE (or ENABLE_SSH=0)"
+  fi
+}
+
+ENABLE_SSH=$(read_switch ENABLE_SSH 1)
+if [[ $CONTAINER_MODE == services ]] && ((ENABLE_SSH)); then
+  if ((EUID != 0)); then
+    log_warn "SSH needs the container to start as root to log users in; it is off. Drop --user and set PUID/PGID instead"
+    ENABLE_SSH=0
+  else
+    ensure_host_keys
+    write_authorized_keys
+    # sshd drops privileges into this directory.
+    install -d -m 0755 /run/sshd
+  fi
+fi

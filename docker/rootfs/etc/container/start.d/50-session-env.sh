@@ -1,0 +1,28 @@
+# Start-up hook (sourced by entrypoint.sh): SSH sessions see the container's environment.
+# sshd starts sessions with a minimal environment, and Debian's /etc/profile resets PATH, so the
+# container's variables (PATH with the venv, CUDA_*, NCCL_*, LD_LIBRARY_PATH, ...) are written here once.
+# Login shells (ssh, tmux, Jupyter terminals) read it through /etc/profile.d; `ssh host CMD` through
+# /etc/bash.bashrc, which Debian's and Ubuntu's bash read first when sshd runs a command.
+
+readonly SESSION_ENV_FILE=/etc/container/session-env.sh
+# Per-session, per-process or secret: never copied into sessions.
+readonly SESSION_ENV_EXCLUDED='^(HOME|HOSTNAME|PWD|OLDPWD|SHLVL|TERM|USER|LOGNAME|SHELL|MAIL|_|CONTAINER_MODE|CONTAINER_SESSION_ENV_LOADED|SSH_AUTHORIZED_KEYS|SSH_AUTHORIZED_KEYS_FILE|JUPYTER_TOKEN|JUPYTER_PASSWORD_HASH|PUID|PGID)$'
+
+write_session_env() {
+  local name value
+  {
+    echo "# Written at container start by $START_HOOKS_DIR/50-session-env.sh; do not edit."
+    for name in $(compgen -e); do
+      [[ $name =~ $SESSION_ENV_EXCLUDED ]] && continue
+      value=${!name}
+      printf "export %s='%s'\n" "$name" "${value//\'/\'\\\'\'}"
+    done
+    # bash.bashrc reads the file once per session, so a subshell keeps the PATH its caller changed.
+    echo "export CONTAINER_SESSION_ENV_LOADED=1"
+  } >"$SESSION_ENV_FILE"
+  chmod 0644 "$SESSION_ENV_FILE"
+}
+
+if [[ $CONTAINER_MODE == services ]] && ((ENABLE_SSH)); then
+  write_session_env
+fi

@@ -1,0 +1,32 @@
+"""JupyterLab for the container: every interface, /workspace, terminals, and never without auth.
+
+Authentication comes from the environment the entrypoint prepared (start.d/40-jupyter.sh):
+JUPYTER_PASSWORD_HASH for a password login, else JUPYTER_TOKEN. With neither, the server refuses to
+start rather than run open: there is no empty-token mode.
+"""
+import os
+
+c = get_config()  # noqa: F821 (injected by Jupyter's config loader)
+
+c.ServerApp.ip = "0.0.0.0"
+c.ServerApp.port = 8888
+c.ServerApp.open_browser = False
+c.ServerApp.root_dir = "/workspace"
+c.ServerApp.terminals_enabled = True
+# The browser reaches us through a published port, so the Host header is the docker host's name.
+c.ServerApp.allow_remote_access = True
+# Terminals are login shells, like SSH sessions and tmux windows.
+c.ServerApp.terminado_settings = {"shell_command": ["/bin/bash", "-l"]}
+
+token = os.environ.get("JUPYTER_TOKEN", "")
+password_hash = os.environ.get("JUPYTER_PASSWORD_HASH", "")
+if password_hash:
+    c.PasswordIdentityProvider.hashed_password = password_hash
+    c.PasswordIdentityProvider.password_required = True
+    c.IdentityProvider.token = token
+elif token:
+    c.IdentityProvider.token = token
+else:
+    raise SystemExit(
+        "JupyterLab refuses to start without authentication: set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH"
+    )

@@ -1,0 +1,19 @@
+# The one log helper of the entrypoint and its start-up hooks. Every line names its level, and a fatal
+# line says what is wrong and what to do, then exits non-zero (the container does not start).
+readonly CONTAINER_EXIT_BAD_CONFIG=2
+log_info() { printf '[start] %s\n' "$*" >&2; }
+log_warn() { printf '[start] WARNING: %s\n' "$*" >&2; }
+fatal() {
+  printf '[start] ERROR: %s\n' "$*" >&2
+  exit "$CONTAINER_EXIT_BAD_CONFIG"
+}
+# Accepts 1/0, true/false, yes/no, on/off for the switch named $1; prints 1 or 0.
+read_switch() {
+  local name=$1 default=$2 value
+  value=${!name:-$default}
+  case ${value,,} in
+    1|true|yes|on) echo 1 ;;
+    0|false|no|off) echo 0 ;;
+    *) fatal "$name='$value' is not a switch; set it to 1 or 0" ;;
+  esac
+}
