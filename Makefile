@@ -81,7 +81,7 @@ ssh: ## SSH into the running container (port SSH_PORT, default 2222)
 
 .PHONY: test
 test: build $(TEST_VENV) ## Build the image, then run the test suite against it (GPU tests skip without a GPU)
-	IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) $(TEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) $(TEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 $(TEST_VENV): tests/requirements.txt
 	python3 -m venv $(TEST_VENV)

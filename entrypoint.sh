@@ -69,6 +69,8 @@ wait_for_services() {
 
 run_start_hooks
 as_user_prefix
+# Start-up is done: from here on `docker exec` sees the final user, ids and files (tests wait for it).
+touch "$RUN_DIR/started"
 if [[ $CONTAINER_MODE == command ]]; then
   exec "${AS_USER[@]}" "$@"
 fi

@@ -4,25 +4,35 @@ place where torch-side tests run.
 The image is the one `make build` made; its name comes from IMAGE_UNDER_TEST (the Makefile sets it).
 Torch-side tests (trainer, doctor, benchmarks) run inside a training-only container of that image.
 TORCH_TESTS_ON_HOST=1 runs them on this machine instead, which is how the trainer is developed with a
-local CPU torch before any image exists.
+local torch before any image exists, and how the GPU checks run on a GPU machine without Docker.
 """
 from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Callable, Iterator
 
 import pytest
 import testinfra
 
-from tests.containers import Container, start_container
+from tests.containers import LIVE_CONTAINERS, Container, start_container
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 IN_IMAGE_SCRIPTS_DIR = "/opt/scripts"
-CONTAINER_USER = "dev"
 
 
 def torch_tests_run_on_host() -> bool:
     return os.environ.get("TORCH_TESTS_ON_HOST") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A failing test shows the logs of every container alive at that moment."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for container in list(LIVE_CONTAINERS.values()):
+            report.sections.append((f"logs of container {container.name}", container.logs()[-6000:]))
 
 
 @pytest.fixture(scope="session")
@@ -34,8 +44,28 @@ def image() -> str:
     return name
 
 
+@pytest.fixture(scope="session")
+def flavor() -> str:
+    return os.environ.get("IMAGE_FLAVOR", "cpu")
+
+
+@pytest.fixture
+def containers(image: str) -> Iterator[Callable[..., Container]]:
+    """Starts containers of the image for one test (start(command=..., options=...)); removes them after."""
+    started: list[Container] = []
+
+    def start(command: list[str] | None = None, options: list[str] | None = None, **kwargs) -> Container:
+        container = start_container(image, command=command, options=options, **kwargs)
+        started.append(container)
+        return container
+
+    yield start
+    for container in started:
+        container.remove()
+
+
 @pytest.fixture(scope="module")
-def training_container(image: str):
+def training_container(image: str) -> Iterator[Container]:
     """A container with no services, as a training-only job runs it; removed after the module."""
     container = start_container(image, command=["sleep", "infinity"])
     yield container
@@ -48,10 +78,21 @@ def torch_host(request: pytest.FixtureRequest) -> testinfra.host.Host:
     if torch_tests_run_on_host():
         return testinfra.get_host("local://")
     container: Container = request.getfixturevalue("training_container")
-    return container.host(user=CONTAINER_USER)
+    return container.host()
 
 
 @pytest.fixture(scope="module")
 def scripts_dir() -> str:
     """Where scripts/ lives on the torch host: baked into the image, or this checkout."""
     return str(REPO_ROOT / "scripts") if torch_tests_run_on_host() else IN_IMAGE_SCRIPTS_DIR
+
+
+@pytest.fixture(scope="module")
+def cuda_devices(torch_host: testinfra.host.Host) -> int:
+    """How many CUDA devices torch sees on the torch host; GPU tests skip, with the reason, at 0."""
+    result = torch_host.run("timeout 60 python -c 'import torch; print(torch.cuda.device_count())'")
+    assert result.rc == 0, result.stderr
+    count = int(result.stdout.strip())
+    if count == 0:
+        pytest.skip("no GPU visible to torch on this host (CPU-only machine, or started without --gpus)")
+    return count

@@ -1,38 +1,130 @@
-"""Real containers for the tests: started with `docker run`, driven through testinfra, removed after."""
+"""Real containers for the tests: started with `docker run`, driven through testinfra, removed after.
+
+Every docker call and every command run inside a container has a timeout, so a hung engine or
+service fails its test instead of hanging CI.
+"""
 from __future__ import annotations
 
 import dataclasses
+import json
+import resource
+import shlex
 import subprocess
+import time
 import uuid
 
 import testinfra
 
 DOCKER_TIMEOUT_S = 120
+EXEC_TIMEOUT_S = 120
+CONTAINER_USER = "dev"
+
+# Containers alive now, so a failing test can show their logs (see conftest.pytest_runtest_makereport).
+LIVE_CONTAINERS: dict[str, "Container"] = {}
 
 
 def docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) -> subprocess.CompletedProcess:
-    """Runs one docker CLI command with a timeout, so a hung engine fails the test instead of CI."""
+    """Runs one docker CLI command with a timeout."""
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=check)
+
+
+def host_has_nvidia_runtime() -> bool:
+    result = docker("info", "--format", "{{json .Runtimes}}", check=False)
+    return "nvidia" in result.stdout
+
+
+def memlock_option() -> str:
+    """compose.yaml asks for an unlimited memlock; where the engine's own hard limit is lower (as on the
+    project's CI machines, 8 MiB) a container cannot get more, so the tests ask for that limit."""
+    _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return "memlock=-1" if hard == resource.RLIM_INFINITY else f"memlock={hard}:{hard}"
+
+
+def memlock_is_limited_here() -> bool:
+    return resource.getrlimit(resource.RLIMIT_MEMLOCK)[1] != resource.RLIM_INFINITY
+
+
+# What compose.yaml gives the service, as docker-run options.
+COMPOSE_LIKE_OPTIONS = ["--shm-size=1g", "--ulimit", memlock_option(), "--ulimit", "stack=67108864"]
 
 
 @dataclasses.dataclass
 class Container:
     name: str
 
-    def host(self, user: str | None = None) -> testinfra.host.Host:
+    def host(self, user: str | None = CONTAINER_USER) -> testinfra.host.Host:
+        """A testinfra host whose commands run as USER (the container user by default; None is root)."""
         target = f"{user}@{self.name}" if user else self.name
         return testinfra.get_host(f"docker://{target}")
+
+    def run(self, command: str, user: str | None = CONTAINER_USER, timeout: int = EXEC_TIMEOUT_S):
+        """Runs a bash command in the container under `timeout`; returns testinfra's CommandResult."""
+        return self.host(user).run(f"timeout {timeout} bash -c {shlex.quote(command)}")
 
     def logs(self) -> str:
         result = docker("logs", self.name, check=False)
         return result.stdout + result.stderr
 
+    def state(self) -> dict:
+        return json.loads(docker("inspect", "--format", "{{json .State}}", self.name).stdout)
+
+    def published_port(self, container_port: int) -> int:
+        mapping = docker("port", self.name, str(container_port)).stdout.splitlines()[0]
+        return int(mapping.rsplit(":", 1)[1])
+
+    def wait_for_log(self, text: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            logs = self.logs()
+            if text in logs:
+                return logs
+            if not self.state()["Running"]:
+                break
+            time.sleep(0.5)
+        raise AssertionError(f"{text!r} did not appear in the logs of {self.name} within {timeout} s")
+
+    def wait_until_healthy(self, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.state()
+            if state.get("Health", {}).get("Status") == "healthy":
+                return
+            if not state["Running"]:
+                raise AssertionError(f"{self.name} exited with {state['ExitCode']} before turning healthy")
+            time.sleep(1)
+        raise AssertionError(f"{self.name} did not turn healthy within {timeout} s")
+
+    def wait_until_started(self, timeout: float = 60) -> None:
+        """Waits until the entrypoint finished its start-up hooks (it touches /run/container/started)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if docker("exec", self.name, "test", "-e", "/run/container/started", check=False).returncode == 0:
+                return
+            if not self.state()["Running"]:
+                raise AssertionError(f"{self.name} exited with {self.state()['ExitCode']} during start-up")
+            time.sleep(0.3)
+        raise AssertionError(f"{self.name} did not finish start-up within {timeout} s")
+
     def remove(self) -> None:
+        LIVE_CONTAINERS.pop(self.name, None)
         docker("rm", "--force", "--volumes", self.name, check=False)
 
 
-def start_container(image: str, command: list[str] | None = None, options: list[str] | None = None) -> Container:
-    """Starts a detached container of IMAGE with docker-run OPTIONS and an optional COMMAND."""
+def start_container(image: str, command: list[str] | None = None, options: list[str] | None = None,
+                    compose_like: bool = True) -> Container:
+    """Starts a detached container of IMAGE with the options compose uses, plus OPTIONS and COMMAND."""
     name = f"pt-test-{uuid.uuid4().hex[:10]}"
-    docker("run", "--detach", "--name", name, "--shm-size=1g", *(options or []), image, *(command or []))
-    return Container(name)
+    base_options = list(COMPOSE_LIKE_OPTIONS) if compose_like else []
+    if host_has_nvidia_runtime():
+        base_options.append("--gpus=all")
+    container = Container(name)
+    LIVE_CONTAINERS[name] = container
+    docker("run", "--detach", "--name", name, *base_options, *(options or []), image, *(command or []))
+    container.wait_until_started()
+    return container
+
+
+def run_container_to_completion(image: str, command: list[str] | None = None, options: list[str] | None = None,
+                                timeout: float = 120) -> subprocess.CompletedProcess:
+    """`docker run --rm` in the foreground: for start-up errors, which end the container at once."""
+    return docker("run", "--rm", *(options or []), image, *(command or []), timeout=timeout, check=False)

@@ -10,6 +10,18 @@ validate_numeric_id() {
   ((value != 0)) || fatal "$name=0 would give the container user root's id; set it to a non-root id (\`$hint\` on the host)"
 }
 
+# When PUID/PGID also belong to an account of the base (Debian's sshd is 100), lookups by id must
+# still name our user (id -un, docker exec -u, HOME): its entry moves up to right after root's.
+list_user_first_for_its_ids() {
+  local database entry
+  for database in /etc/passwd /etc/group; do
+    entry=$(grep "^$CONTAINER_USER:" "$database")
+    { head -n 1 "$database"; printf '%s\n' "$entry"; tail -n +2 "$database" | grep -v "^$CONTAINER_USER:"; } \
+      >"$database.new"
+    cat "$database.new" >"$database" && rm "$database.new"
+  done
+}
+
 remap_user_ids() {
   local current_uid current_gid
   current_uid=$(id -u "$CONTAINER_USER")
@@ -22,6 +34,7 @@ remap_user_ids() {
     usermod --non-unique --uid "$PUID" "$CONTAINER_USER"
   fi
   if [[ ${PUID:-$current_uid} != "$current_uid" || ${PGID:-$current_gid} != "$current_gid" ]]; then
+    list_user_first_for_its_ids
     log_info "container user $CONTAINER_USER now has uid:gid $(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")"
     # The home, and the cache volume mounted in it, still carry the old ids.
     chown -R "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")" "/home/$CONTAINER_USER"
