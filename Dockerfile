@@ -24,6 +24,7 @@ FROM ${CPU_BASE_IMAGE} AS base-cpu
 ARG CPU_BASE_IMAGE
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# hadolint ignore=DL3064
 ARG PIP_INDEX_URL=https://pypi.org/simple
 # PYTORCH_VERSION is the variable NGC images set; the CPU flavor sets it too, for the labels below.
 ENV IMAGE_BASE="${CPU_BASE_IMAGE}" \
@@ -43,10 +44,13 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     /build/pip-install-torch.sh "torch==${TORCH_VERSION}" "$TORCH_INDEX_URL"
 
 # ------------------------------------------------------------------------------------- shared runtime
+# hadolint ignore=DL3006
 FROM base-${FLAVOR} AS runtime
 ARG FLAVOR
+# An index URL, never credentials: build arguments are visible in `docker history`.
+# hadolint ignore=DL3064
 ARG PIP_INDEX_URL=https://pypi.org/simple
-ARG USERNAME=dev
+ARG CONTAINER_USER=dev
 ARG USER_UID=1000
 ARG USER_GID=1000
 
@@ -69,9 +73,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 
 # The non-root user, uid 1000 by default; PUID/PGID remap it at start (start.d/10-user.sh).
 RUN --mount=type=bind,source=docker/build,target=/build \
-    /build/create-user.sh "$USERNAME" "$USER_UID" "$USER_GID"
+    /build/create-user.sh "$CONTAINER_USER" "$USER_UID" "$USER_GID"
 
-ENV CONTAINER_USER=${USERNAME} \
+ENV CONTAINER_USER=${CONTAINER_USER} \
     SHELL=/bin/bash \
     LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1
@@ -80,9 +84,10 @@ ENV CONTAINER_USER=${USERNAME} \
 COPY docker/rootfs/ /
 COPY entrypoint.sh /usr/local/bin/entrypoint.sh
 # `ssh host CMD` runs a non-login bash, which reads only /etc/bash.bashrc: give it the container's env.
+# hadolint ignore=SC2016
 RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTION-}" ] && . /etc/profile.d/zz-container-env.sh' /etc/bash.bashrc \
  && ln -sf /opt/scripts/doctor.py /usr/local/bin/doctor \
- && install -d -o "$USERNAME" -g "$USERNAME" /workspace \
+ && install -d -o "$CONTAINER_USER" -g "$CONTAINER_USER" /workspace \
  # Any uid may run the entrypoint (docker run --user), and it records the started services here.
  && install -d -m 1777 /run/container
 # Scripts change most often, so they come last: editing the trainer rebuilds only this layer.

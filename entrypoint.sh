@@ -10,7 +10,7 @@ source /usr/local/lib/container/log.sh
 readonly START_HOOKS_DIR=/etc/container/start.d
 readonly RUN_DIR=/run/container
 
-if (($#)); then CONTAINER_MODE=command; else CONTAINER_MODE=services; fi
+if (($#)); then CONTAINER_MODE="command"; else CONTAINER_MODE="services"; fi
 export CONTAINER_MODE
 
 run_start_hooks() {
@@ -53,7 +53,7 @@ start_services() {
 
 # SIGTERM (docker stop) reaches every process of the group through tini -g; wait for them to finish.
 wait_for_services() {
-  local stopping=0 status=0
+  local stopping=0 status=0 pids
   trap 'stopping=1' TERM INT
   wait -n || status=$?
   if ((stopping)); then
@@ -62,7 +62,8 @@ wait_for_services() {
     exit 0
   fi
   log_warn "a service exited on its own (status $status); stopping the others so the restart policy can act"
-  kill -TERM -- $(jobs -p) 2>/dev/null || true
+  mapfile -t pids < <(jobs -p)
+  kill -TERM -- "${pids[@]}" 2>/dev/null || true
   wait || true
   exit "$((status == 0 ? 1 : status))"
 }

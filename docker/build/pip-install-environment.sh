@@ -5,7 +5,7 @@
 # torch version changed or `pip check` finds a conflict.
 set -euo pipefail
 requirements=$1
-# shellcheck source=pip-trust-ca.sh
+# shellcheck source-path=SCRIPTDIR source=pip-trust-ca.sh
 source "$(dirname "$0")/pip-trust-ca.sh"
 torch_version() { python -c 'import torch; print(torch.__version__)'; }
 torch_before=$(torch_version)

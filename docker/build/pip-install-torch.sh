@@ -5,7 +5,7 @@
 # (or the wheelhouse too). Otherwise torch comes from INDEX_URL, the PyTorch CPU index by default.
 set -euo pipefail
 requirement=$1 index_url=$2
-# shellcheck source=pip-trust-ca.sh
+# shellcheck source-path=SCRIPTDIR source=pip-trust-ca.sh
 source "$(dirname "$0")/pip-trust-ca.sh"
 if pip install --quiet --no-index --no-deps --find-links /wheelhouse "$requirement" 2>/dev/null; then
   echo "installed $requirement from the wheelhouse"

@@ -1,4 +1,5 @@
 # Start-up hook (sourced by entrypoint.sh): who the container user is.
+# shellcheck disable=SC2034  # CONTAINER_UID/GID are read by entrypoint.sh, which sources this hook
 # Started as root (the default): PUID/PGID remap the user so files in bind mounts carry the host's ids.
 # Started with `docker run --user UID:GID`: that uid gets a passwd entry and a HOME through nss_wrapper,
 # because tools such as torch.compile (getpass) and ssh-keygen fail for a uid the system does not know.
@@ -71,4 +72,6 @@ fi
 CONTAINER_UID=$(id -u "$CONTAINER_USER" 2>/dev/null || id -u)
 CONTAINER_GID=$(id -g "$CONTAINER_USER" 2>/dev/null || id -g)
 export HOME=/home/$CONTAINER_USER USER=$CONTAINER_USER LOGNAME=$CONTAINER_USER
-[[ -w $HOME ]] || ((EUID == 0)) || export HOME=/tmp/home-$(id -u)
+if [[ ! -w $HOME ]] && ((EUID != 0)); then
+  HOME=/tmp/home-$(id -u)
+fi
