@@ -1,0 +1,627 @@
+#!/usr/bin/env python3
+"""doctor: checks that this container (or host) can train PyTorch on several GPUs, and says how to fix it.
+
+Each check prints one line: its status, its name and what it found; a check that warns or fails prints
+its fix underneath. `--json` prints the same as one JSON object for scripts. Only the standard library is
+needed: torch is imported when a check needs it, so a missing or broken torch is itself reported.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import errno
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+SEVERITY = [SKIP, PASS, WARN, FAIL]
+EXIT_CODES = {PASS: 0, WARN: 1, FAIL: 2}
+DEFAULT_RENDEZVOUS_PORT = 29500  # torchrun's --master-port default
+
+# Minimum Linux driver for each CUDA major, from "CUDA Toolkit and Minimum Required Driver Version for CUDA
+# Minor Version Compatibility" in NVIDIA's CUDA Toolkit release notes: any CUDA X.y runs on the driver
+# listed for X. Older drivers work only through the forward-compatibility package (cuda-compat), which
+# NGC images carry and enable on data-center GPUs.
+MIN_DRIVER_FOR_CUDA_MAJOR = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 6)}
+
+NO_GPU_FIX = ("start the container with `docker run --gpus all` (compose: deploy.resources.reservations.devices "
+              "with capabilities: [gpu]) on a host with the NVIDIA driver and the NVIDIA Container Toolkit")
+SHM_FIX = "docker run --shm-size=16g, or --ipc=host (compose: shm_size: 16gb, or ipc: host)"
+# The limits NVIDIA's PyTorch container documentation asks for.
+RECOMMENDED_STACK_BYTES = 67108864
+MEMLOCK_FIX = "docker run --ulimit memlock=-1 (compose: ulimits: memlock: -1)"
+STACK_FIX = f"docker run --ulimit stack={RECOMMENDED_STACK_BYTES} (compose: ulimits: stack: {RECOMMENDED_STACK_BYTES})"
+
+# What the link codes of `nvidia-smi topo -m` mean, fastest first.
+LINK_KINDS = {"NV": "NVLink", "PIX": "PCIe, one switch", "PXB": "PCIe, several switches",
+              "PHB": "PCIe through a CPU host bridge", "NODE": "PCIe between host bridges of a NUMA node",
+              "SYS": "PCIe across CPU sockets"}
+
+# The doctor's own all-reduce: big enough to show a link's bandwidth, small enough to stay quick.
+ALLREDUCE_GPU_BYTES = "256M"
+ALLREDUCE_CPU_BYTES = "4M"
+ALLREDUCE_CPU_RANKS = 2
+ALLREDUCE_TIMEOUT_S = 90
+NVIDIA_SMI_TIMEOUT_S = 15
+BENCH_SCRIPT = Path(__file__).resolve().with_name("bench_allreduce.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One check's verdict: a one-line finding, and for warn or fail a one-line fix."""
+    name: str
+    status: str
+    finding: str
+    fix: str = ""
+    data: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class SmiGpu:
+    driver: str
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SmiReport:
+    """What nvidia-smi lists; ERROR says why it listed nothing."""
+    gpus: list[SmiGpu]
+    error: str = ""
+
+
+def run_nvidia_smi(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
+
+
+def first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
+def human_bytes(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}"
+        size /= 1024
+    return f"{size:.0f} TiB"
+
+
+class Machine:
+    """What the checks look at, each fact gathered once and only when a check first asks for it."""
+
+    def __init__(self, options: argparse.Namespace) -> None:
+        self.options = options
+
+    @cached_property
+    def torch_import(self) -> tuple[ModuleType | None, str]:
+        """(torch, "") or (None, why it does not import)."""
+        try:
+            import torch
+            return torch, ""
+        except Exception as error:  # a broken install raises more than ImportError, and doctor must report it
+            return None, f"{type(error).__name__}: {error}"
+
+    @property
+    def torch(self) -> ModuleType | None:
+        return self.torch_import[0]
+
+    @cached_property
+    def smi(self) -> SmiReport:
+        if not shutil.which("nvidia-smi"):
+            return SmiReport([], "nvidia-smi is not installed")
+        try:
+            listing = run_nvidia_smi("--query-gpu=driver_version,name", "--format=csv,noheader")
+        except subprocess.TimeoutExpired:
+            return SmiReport([], f"nvidia-smi did not answer in {NVIDIA_SMI_TIMEOUT_S} s")
+        if listing.returncode != 0:
+            return SmiReport([], f"nvidia-smi failed: {first_line(listing.stdout + listing.stderr)}")
+        # The name goes last because it is the one field that could hold a comma.
+        rows = [[cell.strip() for cell in line.split(",", 1)] for line in listing.stdout.splitlines() if line.strip()]
+        return SmiReport([SmiGpu(driver, name) for driver, name in rows],
+                         "" if rows else "nvidia-smi lists no GPU")
+
+    @cached_property
+    def cuda_count(self) -> int:
+        """GPUs torch can use (CUDA_VISIBLE_DEVICES applies); 0 without torch or CUDA."""
+        torch = self.torch
+        return torch.cuda.device_count() if torch is not None and torch.cuda.is_available() else 0
+
+    @property
+    def has_gpu(self) -> bool:
+        return bool(self.smi.gpus) or self.cuda_count > 0
+
+    def cuda_init_error(self) -> str:
+        """Why torch cannot use CUDA, in CUDA's words (is_available() only says that it cannot)."""
+        try:
+            self.torch.cuda.init()
+            return "CUDA initialises but reports no device"
+        except Exception as error:
+            return first_line(str(error))
+
+    def driver_version(self) -> str:
+        """The kernel driver's version, from nvidia-smi or the driver's /proc file when nvidia-smi is absent."""
+        if self.smi.gpus:
+            return self.smi.gpus[0].driver
+        # "... Kernel Module  550.54.15 ..." or, for the open modules, "... Kernel Module for x86_64  550.54.15 ..."
+        match = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", read_text(Path("/proc/driver/nvidia/version")))
+        return match.group(1) if match else ""
+
+
+def gpu_skip_reason(machine: Machine, usable: bool = False) -> str:
+    """Why a GPU check cannot run (no torch to ask, no GPU, or none torch can use when USABLE); "" if it can."""
+    if machine.torch is None:
+        return "needs torch (see the torch check)"
+    if not machine.has_gpu:
+        return "no GPU"
+    if usable and not machine.cuda_count:
+        return "torch cannot use the GPUs (see the gpus check)"
+    return ""
+
+
+def check_torch(machine: Machine) -> Result:
+    torch, error = machine.torch_import
+    python = f"Python {platform.python_version()}"
+    if torch is None:
+        return Result("torch", FAIL, f"torch does not import: {first_line(error)} ({python}, {sys.executable})",
+                      "run doctor with the image's python (the one on PATH), or `pip install torch` into this one")
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
+    return Result("torch", PASS, f"torch {torch.__version__} ({build}), {python}",
+                  data={"version": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version()})
+
+
+def check_gpus(machine: Machine) -> Result:
+    smi, torch, count = machine.smi, machine.torch, machine.cuda_count
+    if not machine.has_gpu:
+        torch_view = "torch sees no CUDA device" if torch is not None else "torch is missing"
+        status = FAIL if machine.options.require_gpu else WARN
+        return Result("gpus", status, f"no GPU visible: {smi.error} and {torch_view}", NO_GPU_FIX, {"count": 0})
+    if count == 0:
+        return unusable_gpus(machine)
+    listing = count_names(torch.cuda.get_device_name(index) for index in range(count))
+    return Result("gpus", PASS, f"{count} visible to torch: {listing}{hidden_gpus(len(smi.gpus), count)}",
+                  data={"count": count})
+
+
+def count_names(names: Iterable[str]) -> str:
+    """'8 x NVIDIA H100 80GB HBM3' for eight alike GPUs, one entry per model."""
+    return ", ".join(f"{number} x {name}" for name, number in collections.Counter(names).items())
+
+
+def hidden_gpus(listed: int, usable: int) -> str:
+    """A note when nvidia-smi lists more GPUs than torch uses, naming CUDA_VISIBLE_DEVICES when it is the reason."""
+    if listed <= usable:
+        return ""
+    selection = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return f" (of {listed} that nvidia-smi lists{f'; CUDA_VISIBLE_DEVICES={selection}' if selection else ''})"
+
+
+def unusable_gpus(machine: Machine) -> Result:
+    """The gpus verdict when nvidia-smi lists GPUs that torch cannot use, with the likeliest cause."""
+    torch, listed = machine.torch, f"nvidia-smi lists {count_names(gpu.name for gpu in machine.smi.gpus)}"
+    if torch is None:
+        return Result("gpus", FAIL, f"{listed} but torch is missing", "see the torch check", {"count": 0})
+    if not torch.version.cuda:
+        return Result("gpus", FAIL, f"{listed} but torch {torch.__version__} is a CPU-only build",
+                      "use the GPU image (or install a CUDA build of torch)", {"count": 0})
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        fix = f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} hides them: unset it or list valid indices"
+    else:
+        fix = "see the driver check: the driver may be too old for this torch's CUDA"
+    return Result("gpus", FAIL, f"{listed} but torch cannot use them: {machine.cuda_init_error()}", fix, {"count": 0})
+
+
+def check_driver(machine: Machine) -> Result:
+    if reason := gpu_skip_reason(machine):
+        return Result("driver", SKIP, reason)
+    driver, cuda = machine.driver_version(), machine.torch.version.cuda
+    data = {"driver": driver, "cuda": cuda}
+    if not cuda:
+        return Result("driver", SKIP, f"driver {driver or 'unknown'}; torch has no CUDA runtime to fit it to",
+                      data=data)
+    if not driver:
+        return Result("driver", WARN, "driver version unknown (no nvidia-smi, no /proc/driver/nvidia/version); "
+                      f"torch uses CUDA {cuda}",
+                      "check `nvidia-smi` on the host: the container toolkit mounts it with --gpus", data)
+    major = version_tuple(cuda)[0]
+    minimum = MIN_DRIVER_FOR_CUDA_MAJOR.get(major)
+    if minimum is None:
+        return Result("driver", WARN, f"driver {driver}; no known minimum for torch's CUDA {cuda}",
+                      "compare the driver with the CUDA release notes' minimum driver table", data)
+    needed = ".".join(str(part) for part in minimum)
+    if version_tuple(driver) >= minimum:
+        return Result("driver", PASS, f"driver {driver} fits torch's CUDA {cuda} (needs >= {needed})", data=data)
+    if machine.cuda_count:
+        return Result("driver", PASS, f"driver {driver} is below CUDA {major}'s {needed}, but CUDA works through "
+                      "the forward-compatibility package", data=data)
+    return Result("driver", FAIL, f"driver {driver} is too old for torch's CUDA {cuda} (needs >= {needed})",
+                  f"upgrade the host driver to >= {needed}; on data-center GPUs the cuda-compat forward-compatibility "
+                  "package (in NGC images) also works", data)
+
+
+def parse_arch(arch: str) -> tuple[str, int, int, str] | None:
+    """('sm', 9, 0, 'a') from 'sm_90a', ('compute', 12, 0, '') from 'compute_120'; None if unrecognised."""
+    match = re.fullmatch(r"(sm|compute)_(\d+)(\d)([a-z]?)", arch)
+    return (match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)) if match else None
+
+
+def kernel_support(capability: tuple[int, int], arch_list: list[str]) -> tuple[str, str]:
+    """(status, how) for running torch's kernels on a GPU of CAPABILITY, given what torch was built for.
+
+    A cubin (sm_XY) runs on its own major version at an equal or higher minor; PTX (compute_XY) is
+    compiled by the driver for any equal or newer GPU. Arch-specific builds (sm_90a, sm_100f) are
+    matched only exactly, which is all this check needs to promise.
+    """
+    parsed = [arch for arch in map(parse_arch, arch_list) if arch]
+    major, minor = capability
+    if any(kind == "sm" and (m, n) == capability for kind, m, n, _ in parsed):
+        return PASS, "native kernels"
+    compatible = [f"sm_{m}{n}" for kind, m, n, suffix in parsed
+                  if kind == "sm" and m == major and n < minor and not suffix]
+    if compatible:
+        return PASS, f"runs {compatible[-1]} kernels"
+    ptx = [f"compute_{m}{n}" for kind, m, n, suffix in parsed
+           if kind == "compute" and (m, n) <= capability and not suffix]
+    if ptx:
+        return WARN, f"no native kernels: the driver JIT-compiles {ptx[-1]} PTX at first use (slow start)"
+    return FAIL, "no kernel image: CUDA ops fail with 'no kernel image is available for execution on the device'"
+
+
+def check_arch(machine: Machine) -> Result:
+    if reason := gpu_skip_reason(machine, usable=True):
+        return Result("arch", SKIP, reason)
+    torch = machine.torch
+    arch_list = torch.cuda.get_arch_list()
+    capabilities = sorted({torch.cuda.get_device_capability(index) for index in range(machine.cuda_count)})
+    verdicts = {f"sm_{major}{minor}": kernel_support((major, minor), arch_list) for major, minor in capabilities}
+    status = worst(status for status, _ in verdicts.values())
+    finding = "; ".join(f"GPU {arch}: {how}" for arch, (_, how) in verdicts.items())
+    finding += f" (torch built for {' '.join(arch_list)})"
+    needed = " ".join(arch for arch, (verdict, _) in verdicts.items() if verdict != PASS)
+    fix = (f"use a torch build that includes {needed} (a newer NGC PyTorch image), or build torch with "
+           f"TORCH_CUDA_ARCH_LIST set for it") if status != PASS else ""
+    return Result("arch", status, finding, fix, {"capabilities": list(verdicts), "arch_list": arch_list})
+
+
+def check_nccl(machine: Machine) -> Result:
+    if reason := gpu_skip_reason(machine):
+        return Result("nccl", SKIP, reason)
+    torch = machine.torch
+    if not torch.distributed.is_nccl_available():
+        return Result("nccl", FAIL, f"torch {torch.__version__} is built without NCCL",
+                      "use the GPU image's torch, which ships with NCCL")
+    version = torch.cuda.nccl.version()
+    text = ".".join(str(part) for part in version) if isinstance(version, tuple) else str(version)
+    return Result("nccl", PASS, f"NCCL {text}", data={"version": text})
+
+
+def output_within(command: list[str], timeout_s: float) -> str | None:
+    """COMMAND's output, or None if it ran out of time and was killed together with its children."""
+    # A session of its own lets the kill reach torchrun's workers as well as torchrun.
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True) as process:
+        try:
+            return process.communicate(timeout=timeout_s)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            return None
+
+
+def check_allreduce(machine: Machine) -> Result:
+    # Without any GPU it runs on CPU ranks, so only a missing torch or GPUs torch cannot use stop it.
+    if machine.torch is None or (machine.has_gpu and not machine.cuda_count):
+        return Result("allreduce", SKIP, gpu_skip_reason(machine, usable=True))
+    on_gpus = machine.cuda_count > 0
+    ranks = machine.cuda_count if on_gpus else ALLREDUCE_CPU_RANKS
+    backend, size = ("nccl", ALLREDUCE_GPU_BYTES) if on_gpus else ("gloo", ALLREDUCE_CPU_BYTES)
+    where = f"{ranks} GPU{'s' if ranks > 1 else ''}" if on_gpus else f"{ranks} CPU ranks"
+    rerun = f"NCCL_DEBUG=INFO torchrun --nproc-per-node={ranks} {BENCH_SCRIPT} --backend {backend}"
+    with tempfile.TemporaryDirectory(prefix="doctor-") as workdir:
+        report_path = Path(workdir, "allreduce.json")
+        # The benchmark runs in its own processes, so a transport that hangs or crashes cannot take doctor down.
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+                   str(BENCH_SCRIPT), "--backend", backend, "--min-bytes", size, "--max-bytes", size,
+                   "--warmup", "2", "--iters", "5", "--json-file", str(report_path)]
+        output = output_within(command, ALLREDUCE_TIMEOUT_S)
+        report = json.loads(report_path.read_text()) if report_path.exists() else None
+    if output is None:
+        return Result("allreduce", FAIL, f"{backend} all-reduce on {where} hung for {ALLREDUCE_TIMEOUT_S} s",
+                      f"see where it stalls: {rerun}")
+    if report is None:
+        return Result("allreduce", FAIL, f"{backend} all-reduce on {where} failed: {bench_error(output)}",
+                      f"see the transport's error: {rerun}")
+    row = report["rows"][0]
+    data = {"backend": backend, "ranks": ranks, "size_bytes": row["size_bytes"], "time_us": row["time_us"],
+            "algbw_gbps": row["algbw_gbps"], "busbw_gbps": row["busbw_gbps"], "correct": report["correct"]}
+    if not report["correct"]:
+        return Result("allreduce", FAIL, f"{backend} all-reduce on {where} returned wrong sums "
+                      f"({row['wrong']} elements)", f"find the corrupting transport: {rerun}", data)
+    bandwidth = (f"busbw {row['busbw_gbps']:.2f} GB/s" if ranks > 1 else
+                 f"algbw {row['algbw_gbps']:.2f} GB/s (busbw needs 2 or more ranks)")
+    message = human_bytes(row["size_bytes"])
+    return Result("allreduce", PASS, f"{backend} on {where}, {message}: sums correct, {bandwidth}", data=data)
+
+
+def bench_error(output: str) -> str:
+    """The benchmark's own one-line error from torchrun's output, else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    mine = [line for line in lines if line.startswith("bench_allreduce.py: error:")]
+    return mine[0] if mine else lines[-1] if lines else "no output"
+
+
+def nvidia_smi_topology() -> str:
+    """The `nvidia-smi topo -m` matrix, or "" when nvidia-smi cannot give it."""
+    try:
+        topo = run_nvidia_smi("topo", "-m")
+    except subprocess.TimeoutExpired:
+        return ""
+    return topo.stdout if topo.returncode == 0 else ""
+
+
+def parse_topology(matrix: str) -> dict[tuple[int, int], str]:
+    """{(i, j): link code} for every GPU pair i < j in `nvidia-smi topo -m` output."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in matrix.splitlines()]
+    header = next((line.split("\t") for line in lines if re.match(r"\s+GPU0\b", line)), [])
+    columns = [cell.strip() for cell in header]
+    links = {}
+    for line in lines:
+        cells = [cell.strip() for cell in line.split("\t")]
+        row = re.fullmatch(r"GPU(\d+)", cells[0])
+        if not row:
+            continue
+        for column, link in zip(columns[1:], cells[1:]):
+            peer = re.fullmatch(r"GPU(\d+)", column)
+            if peer and int(row.group(1)) < int(peer.group(1)):
+                links[(int(row.group(1)), int(peer.group(1)))] = link
+    return links
+
+
+def link_meaning(code: str) -> str:
+    return next((text for prefix, text in LINK_KINDS.items() if code.startswith(prefix)), "unknown link")
+
+
+def describe_links(links: dict[tuple[int, int], str]) -> str:
+    """'6 pairs NV18 (NVLink)' style summary, one entry per link code."""
+    counts = collections.Counter(links.values())
+    return ", ".join(f"{number} pair{'s' if number > 1 else ''} {code} ({link_meaning(code)})"
+                     for code, number in counts.items())
+
+
+def check_topology(machine: Machine) -> Result:
+    if reason := gpu_skip_reason(machine, usable=True) or ("one GPU: no peers" if machine.cuda_count < 2 else ""):
+        return Result("topology", SKIP, reason)
+    links = parse_topology(nvidia_smi_topology()) if machine.smi.gpus else {}
+    torch, count = machine.torch, machine.cuda_count
+    blocked = [f"GPU{i}-GPU{j}" for i in range(count) for j in range(i + 1, count)
+               if not torch.cuda.can_device_access_peer(i, j)]
+    layout = describe_links(links) if links else "links unknown (no nvidia-smi topo -m)"
+    data = {"links": {f"GPU{i}-GPU{j}": code for (i, j), code in links.items()}, "p2p_blocked": blocked}
+    if blocked:
+        return Result("topology", WARN,
+                      f"{layout}; no P2P between {', '.join(blocked)}: NCCL copies through host memory",
+                      "on bare metal disable PCIe ACS (or set the IOMMU to passthrough); in a VM enable GPU P2P; "
+                      "make sure NCCL_P2P_DISABLE is unset", data)
+    return Result("topology", PASS, f"{layout}; P2P between every pair", data=data)
+
+
+def check_shm(machine: Machine) -> Result:
+    path, minimum = machine.options.shm_path, machine.options.min_shm_gib * 2**30
+    try:
+        stats = os.statvfs(path)
+    except OSError as error:
+        return Result("shm", FAIL, f"{path} is unusable: {error.strerror}", SHM_FIX)
+    size = stats.f_frsize * stats.f_blocks
+    data = {"path": path, "bytes": size}
+    if size < minimum:
+        return Result("shm", WARN, f"{path} is {human_bytes(size)}, under {human_bytes(minimum)}: DataLoader workers "
+                      "and NCCL's shared-memory transport run out of it ('Bus error')", SHM_FIX, data)
+    return Result("shm", PASS, f"{path} is {human_bytes(size)}", data=data)
+
+
+def soft_limit(kind: int) -> int:
+    return resource.getrlimit(kind)[0]
+
+
+def describe_limit(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else human_bytes(value)
+
+
+def check_memlock(machine: Machine) -> Result:
+    limit = soft_limit(resource.RLIMIT_MEMLOCK)
+    data = {"bytes": None if limit == resource.RLIM_INFINITY else limit}
+    if limit != resource.RLIM_INFINITY:
+        return Result("memlock", WARN, f"locked memory is limited to {human_bytes(limit)}: InfiniBand/RDMA cannot "
+                      "register NCCL's buffers", MEMLOCK_FIX, data)
+    return Result("memlock", PASS, "locked memory is unlimited", data=data)
+
+
+def check_stack(machine: Machine) -> Result:
+    limit = soft_limit(resource.RLIMIT_STACK)
+    data = {"bytes": None if limit == resource.RLIM_INFINITY else limit}
+    if limit != resource.RLIM_INFINITY and limit < RECOMMENDED_STACK_BYTES:
+        return Result("stack", WARN, f"stack is {human_bytes(limit)}, under the {human_bytes(RECOMMENDED_STACK_BYTES)} "
+                      "NVIDIA's PyTorch containers are meant to run with", STACK_FIX, data)
+    return Result("stack", PASS, f"stack is {describe_limit(limit)}", data=data)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def check_infiniband(machine: Machine) -> Result:
+    root = Path("/sys/class/infiniband")
+    devices = sorted(root.iterdir()) if root.is_dir() else []
+    if not devices:
+        return Result("infiniband", PASS,
+                      "no InfiniBand devices: NCCL uses TCP sockets between nodes (fine on one node)")
+    ports = {f"{device.name}/{port.name}": (read_text(port / "state"), read_text(port / "link_layer"))
+             for device in devices for port in sorted((device / "ports").glob("*"))}
+    listing = ", ".join(f"{name} {state.split(':')[-1].strip()} {layer}" for name, (state, layer) in ports.items())
+    data = {"ports": {name: {"state": state, "link_layer": layer} for name, (state, layer) in ports.items()}}
+    if not Path("/dev/infiniband").is_dir():
+        return Result("infiniband", WARN, f"{listing}; but /dev/infiniband is missing, so NCCL cannot use them",
+                      "docker run --device=/dev/infiniband --cap-add=IPC_LOCK", data)
+    if not any(state.endswith("ACTIVE") for state, _ in ports.values()):
+        return Result("infiniband", WARN, f"{listing}; no port is ACTIVE",
+                      "check the cable and the subnet manager with `ibstat` on the host", data)
+    return Result("infiniband", PASS, listing, data=data)
+
+
+def check_nccl_env(machine: Machine) -> Result:
+    settings = dict(sorted((name, value) for name, value in os.environ.items() if name.startswith("NCCL_")))
+    if not settings:
+        return Result("nccl-env", PASS, "no NCCL_* variables: NCCL picks its transports itself")
+    listing = " ".join(f"{name}={value}" for name, value in settings.items())
+    disabled = [name for name, value in settings.items() if name.endswith("_DISABLE") and value not in ("", "0")]
+    if disabled:
+        return Result("nccl-env", WARN,
+                      f"{listing} ({', '.join(disabled)} switches a transport off: slower collectives)",
+                      f"unset {' '.join(disabled)} unless it works around a known fault", settings)
+    return Result("nccl-env", PASS, listing, data=settings)
+
+
+def rendezvous_port(options: argparse.Namespace) -> tuple[int | None, str]:
+    """(port, where it came from), or (None, why MASTER_PORT is unusable)."""
+    if options.port is not None:
+        return options.port, "--port"
+    text = os.environ.get("MASTER_PORT")
+    if text is None:
+        return DEFAULT_RENDEZVOUS_PORT, "torchrun's default"
+    if text.isdigit() and 0 < int(text) < 65536:
+        return int(text), "MASTER_PORT"
+    return None, f"MASTER_PORT={text!r} is not a port number"
+
+
+def check_port(machine: Machine) -> Result:
+    port, source = rendezvous_port(machine.options)
+    if port is None:
+        return Result("port", FAIL, source, "set MASTER_PORT to a free port between 1024 and 65535, e.g. 29500")
+    data = {"port": port, "source": source}
+    # SO_REUSEADDR as the rendezvous store binds: a port left in TIME_WAIT by an earlier run is still usable.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                return Result("port", FAIL, f"rendezvous port {port} ({source}) cannot be bound: {error.strerror}",
+                              "choose a port above 1023: torchrun --master-port=29501 (or MASTER_PORT)", data)
+            return Result("port", WARN, f"rendezvous port {port} ({source}) is in use: torchrun here would fail with "
+                          "'address already in use'", f"stop what listens on it (`ss -ltnp 'sport = :{port}'`) or pick "
+                          "another with torchrun --master-port (MASTER_PORT); --standalone finds a free one", data)
+    return Result("port", PASS, f"rendezvous port {port} ({source}) is free", data=data)
+
+
+CHECKS: dict[str, Callable[[Machine], Result]] = {
+    "torch": check_torch, "gpus": check_gpus, "driver": check_driver, "arch": check_arch, "nccl": check_nccl,
+    "allreduce": check_allreduce, "topology": check_topology, "shm": check_shm, "memlock": check_memlock,
+    "stack": check_stack, "infiniband": check_infiniband, "nccl-env": check_nccl_env, "port": check_port,
+}
+
+
+def run_checks(options: argparse.Namespace) -> list[Result]:
+    machine = Machine(options)
+    return [Result(name, SKIP, "skipped with --skip") if name in options.skip else check(machine)
+            for name, check in CHECKS.items()]
+
+
+def worst(statuses: Iterable[str]) -> str:
+    return max(statuses, key=SEVERITY.index, default=PASS)
+
+
+def overall_status(results: list[Result]) -> str:
+    """The worst status of all checks; skipped checks count as passed."""
+    return max(worst(result.status for result in results), PASS, key=SEVERITY.index)
+
+
+def print_human(results: list[Result], status: str) -> None:
+    width = max(len(result.name) for result in results)
+    for result in results:
+        print(f"{result.status.upper():<4}  {result.name:<{width}}  {result.finding}")
+        if result.fix:
+            print(f"{'':<4}  {'':<{width}}  fix: {result.fix}")
+    counts = collections.Counter(result.status for result in results)
+    print(f"\noverall: {status.upper()} ({counts[FAIL]} failed, {counts[WARN]} warned, {counts[PASS]} passed, "
+          f"{counts[SKIP]} skipped); exit code {EXIT_CODES[status]}")
+
+
+def print_json(results: list[Result], status: str) -> None:
+    print(json.dumps({"status": status, "exit_code": EXIT_CODES[status],
+                      "checks": [dataclasses.asdict(result) for result in results]}, indent=2))
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Reports a bad flag as one line that names it and points at --help, instead of the usage dump."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def port_number(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"invalid port {text!r}: use a number from 1 to 65535")
+    return int(text)
+
+
+def skip_list(text: str) -> set[str]:
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = names - CHECKS.keys()
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown check {', '.join(sorted(unknown))}: choose from {', '.join(CHECKS)}")
+    return names
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = OneLineErrorParser(
+        prog="doctor", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Checks that this container (or host) can train PyTorch on several GPUs, and explains\n"
+                    "how to fix what it cannot.\n\nchecks, in order: " + ", ".join(CHECKS),
+        epilog="exit codes: 0 every check passed (or was skipped), 1 a check warned, 2 a check failed or a flag\n"
+               "was wrong. Without a GPU the gpus check warns (a CPU-only host can be intended) and the GPU\n"
+               "checks are skipped; --require-gpu makes it fail. The allreduce check runs bench_allreduce.py:\n"
+               "NCCL across every visible GPU, or gloo across 2 CPU ranks without one.")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (status, exit_code, checks) instead")
+    parser.add_argument("--require-gpu", action="store_true", help="fail, not warn, when no GPU is visible")
+    parser.add_argument("--port", type=port_number, help="rendezvous port to test (default: MASTER_PORT, else 29500)")
+    parser.add_argument("--shm-path", default="/dev/shm", help="shared memory mount to measure (default /dev/shm)")
+    parser.add_argument("--min-shm-gib", type=float, default=1.0, metavar="GIB",
+                        help="warn when shared memory is smaller (default 1; Docker's own default is 64 MiB)")
+    parser.add_argument("--skip", type=skip_list, default=set(), metavar="CHECK[,CHECK]",
+                        help="checks to leave out, e.g. --skip allreduce for a quick run")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    # Torch warns about some of what doctor checks (an unsupported GPU, say); doctor reports it as one line.
+    warnings.simplefilter("ignore")
+    results = run_checks(options)
+    status = overall_status(results)
+    (print_json if options.json else print_human)(results, status)
+    return EXIT_CODES[status]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
