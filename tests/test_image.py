@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tests.containers import docker
 
 OS_PACKAGES = ["openssh-server", "tmux", "tini", "git", "procps", "iproute2", "curl", "vim-tiny",
@@ -98,3 +100,38 @@ def test_the_trainer_and_doctor_are_where_the_readme_says(container):
 def test_the_healthcheck_is_declared(image):
     healthcheck = json.loads(docker("image", "inspect", "--format", "{{json .Config.Healthcheck}}", image).stdout)
     assert healthcheck["Test"] == ["CMD", "/usr/local/bin/healthcheck"]
+
+
+def normalized(name: str) -> str:
+    """PEP 503 name: pip list, pip freeze and lock files spell the same package differently."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pinned_versions(requirements_text: str) -> dict[str, str]:
+    return {normalized(name): version
+            for name, version in re.findall(r"^([A-Za-z0-9_.\-]+)==([^\s;\\]+)", requirements_text, flags=re.M)}
+
+
+def installed_versions(container) -> dict[str, str]:
+    return {normalized(package["name"]): package["version"]
+            for package in json.loads(container.run("pip list --format json").stdout)}
+
+
+def test_every_locked_package_is_installed_at_its_locked_version(container, flavor):
+    lock = REPO_ROOT / "docker" / "python" / f"requirements-{flavor}.lock"
+    if not lock.exists():
+        pytest.skip(f"no {lock.name}: this flavor installs the ranges (make lock FLAVOR={flavor} pins them)")
+    locked, installed = pinned_versions(lock.read_text()), installed_versions(container)
+    mismatched = {name: (version, installed.get(name)) for name, version in locked.items()
+                  if installed.get(name) != version}
+    assert len(locked) > 20 and not mismatched, f"locked vs installed: {mismatched}"
+
+
+def test_the_bases_pip_constraints_still_hold(container):
+    constraint_file = container.run("echo ${PIP_CONSTRAINT:-}").stdout.strip()
+    if not constraint_file:
+        pytest.skip("this base sets no PIP_CONSTRAINT (the CPU flavor)")
+    pins = pinned_versions(container.run(f"cat {constraint_file}").stdout)
+    installed = installed_versions(container)
+    moved = {name: (pin, installed[name]) for name, pin in pins.items() if name in installed and installed[name] != pin}
+    assert len(pins) > 10 and not moved, f"pinned vs installed: {moved}"
