@@ -4,6 +4,8 @@
 """
 from __future__ import annotations
 
+import re
+
 import paramiko
 import pytest
 
@@ -12,6 +14,9 @@ from tests.ssh_client import generate_key, host_key_fingerprint, public_line, ru
 
 PUBLISH_SSH = ["--publish", "127.0.0.1::2222"]
 NO_JUPYTER = ["--env", "ENABLE_JUPYTER=0"]
+# Variables a training job is configured with; SSH sessions must see them.
+CONTAINER_ENV = ["--env", "NCCL_SOCKET_IFNAME=eth0", "--env", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                 "--env", "LD_LIBRARY_PATH=/opt/example/lib"]
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +26,7 @@ def user_key() -> paramiko.PKey:
 
 @pytest.fixture(scope="module")
 def ssh_container(image, user_key):
-    container = start_container(image, options=[*PUBLISH_SSH, *NO_JUPYTER,
+    container = start_container(image, options=[*PUBLISH_SSH, *NO_JUPYTER, *CONTAINER_ENV,
                                                 "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}"])
     container.wait_until_healthy()
     yield container
@@ -35,12 +40,30 @@ def ssh_port(ssh_container) -> int:
 
 def test_key_login_sees_the_container_environment(ssh_port, user_key):
     with ssh_session(ssh_port, key=user_key) as client:
-        status, out, _ = run(client, "id -un; command -v torchrun; python -c 'import torch; print(torch.__version__)'")
+        status, out, _ = run(client, "id -un; command -v torchrun; python -c 'import torch; print(torch.__version__)'; "
+                                     "echo $NCCL_SOCKET_IFNAME $CUDA_DEVICE_ORDER $LD_LIBRARY_PATH")
     assert status == 0
-    user, torchrun, torch_version = out.split()
+    user, torchrun, torch_version, *variables = out.split()
     assert user == "dev"
     assert torchrun.endswith("/torchrun")
     assert torch_version
+    assert variables == ["eth0", "PCI_BUS_ID", "/opt/example/lib"]
+
+
+def test_an_interactive_login_shell_keeps_the_environment_and_shows_the_motd(ssh_port, user_key):
+    with ssh_session(ssh_port, key=user_key) as client:
+        channel = client.invoke_shell()
+        channel.settimeout(30)
+        channel.send(b"echo MARK $NCCL_SOCKET_IFNAME $(command -v torchrun); exit\n")
+        output = b""
+        while not channel.exit_status_ready() or channel.recv_ready():
+            chunk = channel.recv(65536)
+            if not chunk:
+                break
+            output += chunk
+    text = output.decode(errors="replace")
+    assert "doctor" in text, "the motd names the tools"
+    assert re.search(r"MARK eth0 \S+/torchrun", text), text
 
 
 def test_torchrun_in_tmux_started_over_ssh_keeps_running_after_logout(ssh_port, user_key):
