@@ -1,0 +1,101 @@
+"""Datasets and the resumable sampling that lets a restarted run continue mid-epoch.
+
+The synthetic dataset needs no download and is a pure function of (seed, sample index), so every
+rank, every restart and the single-process reference see the same images in the same order.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+NOISE_SCALE = 1.5  # large enough that the task takes some steps to learn, small enough to learn
+
+
+class SyntheticImages(Dataset):
+    """Images made of a per-class prototype plus Gaussian noise; labels are learnable from pixels."""
+
+    def __init__(self, num_samples: int, image_size: int, num_classes: int, seed: int) -> None:
+        self.num_samples = num_samples
+        self.seed = seed
+        prototypes_rng = torch.Generator().manual_seed(seed)
+        self.prototypes = torch.randn(num_classes, 3, image_size, image_size, generator=prototypes_rng)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        # One generator per sample: the same index gives the same sample in any worker, rank or run.
+        rng = torch.Generator().manual_seed(self.seed * 1_000_003 + index + 1)
+        label = int(torch.randint(len(self.prototypes), (1,), generator=rng))
+        noise = torch.randn(self.prototypes.shape[1:], generator=rng)
+        return self.prototypes[label] + NOISE_SCALE * noise, label
+
+
+def load_image_folder(root: str, image_size: int) -> Dataset:
+    """An ImageFolder dataset (one sub-folder per class) resized to IMAGE_SIZE; needs torchvision."""
+    from torchvision import datasets, transforms  # optional dependency, checked in config validation
+
+    return datasets.ImageFolder(root, transforms.Compose([
+        transforms.Resize(image_size), transforms.CenterCrop(image_size), transforms.ToTensor(),
+        transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+    ]))
+
+
+class ResumableDistributedSampler(DistributedSampler):
+    """A DistributedSampler that can begin an epoch part-way through, after the batches already used."""
+
+    def __init__(self, dataset: Dataset, seed: int) -> None:
+        super().__init__(dataset, shuffle=True, seed=seed, drop_last=True)
+        self.first_index = 0
+
+    def start_epoch(self, epoch: int, skip_samples: int) -> None:
+        self.set_epoch(epoch)  # reshuffles: without it every epoch repeats the same order
+        self.first_index = skip_samples
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(super().__iter__(), self.first_index, None)
+
+    def __len__(self) -> int:
+        return self.num_samples - self.first_index
+
+
+def detach_from_terminal_signals(worker_id: int) -> None:
+    """DataLoader worker init: move the worker into its own process group.
+
+    Ctrl-C, and any signal sent to the whole process group (`kill -- -PGID`, an init that forwards
+    to the group), then reaches only the training process, which stops at a step boundary and shuts
+    its workers down itself. A worker killed by such a signal would crash the step instead. The
+    worker still exits when its parent terminates it or dies.
+    """
+    os.setpgrp()
+
+
+class MicroBatchStream:
+    """Hands out micro-batches epoch after epoch and knows its position, for exact resumption.
+
+    `epoch` and `batches_done` (micro-batches this rank consumed in the epoch) are what a checkpoint
+    records; a new stream built from them continues with the very next batch.
+    """
+
+    def __init__(self, loader: DataLoader, sampler: ResumableDistributedSampler, epoch: int,
+                 batches_done: int) -> None:
+        self.loader, self.sampler = loader, sampler
+        self.epoch, self.batches_done = epoch, batches_done
+        self._batches: Iterator | None = None
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        while True:
+            if self._batches is None:
+                self.sampler.start_epoch(self.epoch, self.batches_done * self.loader.batch_size)
+                self._batches = iter(self.loader)
+            try:
+                batch = next(self._batches)
+            except StopIteration:
+                self.epoch, self.batches_done, self._batches = self.epoch + 1, 0, None
+                continue
+            self.batches_done += 1
+            return batch

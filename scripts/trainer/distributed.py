@@ -1,0 +1,84 @@
+"""Process-group setup and teardown, and the stop vote that lets all ranks halt on the same step."""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import signal
+
+import torch
+import torch.distributed as dist
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where this process sits in the job, from torchrun's environment (or world size 1 without it)."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def read_placement() -> Placement:
+    """RANK/LOCAL_RANK/WORLD_SIZE as torchrun sets them; plain `python train_ddp.py` is rank 0 of 1."""
+    return Placement(int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)),
+                     int(os.environ.get("WORLD_SIZE", 1)))
+
+
+def choose_device(requested: str, placement: Placement) -> torch.device:
+    """This rank's device: its own GPU (LOCAL_RANK) when CUDA is used, else the CPU."""
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    return torch.device("cuda", placement.local_rank)
+
+
+def start_process_group(placement: Placement, device: torch.device, backend: str,
+                        timeout_s: int) -> dist.ProcessGroup:
+    """Joins the job's process group and returns a CPU (gloo) group for control messages.
+
+    The device is set first so NCCL binds each rank to its own GPU. Under torchrun the rendezvous is
+    env:// (MASTER_ADDR/PORT); a lone process uses an in-memory store and needs no port. Control
+    messages (the stop vote) go over gloo even when training uses NCCL, so checking for a signal
+    never waits for the GPU to finish its queued work.
+    """
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    timeout = datetime.timedelta(seconds=timeout_s)
+    options = {"device_id": device} if backend == "nccl" else {}
+    if "WORLD_SIZE" in os.environ:
+        dist.init_process_group(backend, init_method="env://", timeout=timeout, **options)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **options)
+    return dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+
+
+class StopSignal:
+    """Remembers a SIGTERM/SIGINT instead of dying of it, so training can stop at a step boundary.
+
+    docker stop, Slurm preemption, torchrun shutting down and Ctrl-C all arrive this way. The handler
+    only records the signal: a second signal while the checkpoint is being written changes nothing.
+    """
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(stop_signal, self._record)
+
+    def _record(self, signum: int, frame: object) -> None:
+        self.received = signal.Signals(signum).name
+
+    def agreed_by_any_rank(self, control_group: dist.ProcessGroup) -> bool:
+        """True on every rank once any rank got a signal: all ranks then stop on the same step."""
+        vote = torch.tensor([1 if self.received else 0])
+        dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=control_group)
+        return bool(vote.item())
+
+
+def finish_process_group() -> None:
+    dist.destroy_process_group()

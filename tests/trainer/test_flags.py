@@ -1,0 +1,96 @@
+"""Every flag rejects bad values with one line that names it, before any process group starts;
+--help explains every flag.
+
+Run: PATH=/work/devvenv/bin:$PATH TORCH_TESTS_ON_HOST=1 python -m pytest tests/trainer/test_flags.py -q
+(or `make test`, which runs it inside the image).
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.trainer.runs import ENV
+
+DOCUMENTED_FLAGS = [
+    "--max-steps", "--batch-size", "--grad-accum", "--lr", "--warmup-steps", "--weight-decay", "--grad-clip",
+    "--precision", "--compile", "--seed", "--model", "--image-size", "--data-dir", "--synthetic-samples",
+    "--num-classes", "--num-workers", "--pin-memory", "--persistent-workers", "--ckpt-dir", "--save-every",
+    "--keep", "--log-every", "--metrics-file", "--tensorboard-dir", "--peak-tflops", "--device", "--backend",
+    "--pg-timeout",
+]
+
+# (flag, bad value, words the one-line message must contain)
+BAD_VALUES = [
+    ("--max-steps", "0", "a positive integer"),
+    ("--max-steps", "ten", "a positive integer"),
+    ("--batch-size", "-4", "a positive integer"),
+    ("--grad-accum", "0", "a positive integer"),
+    ("--lr", "0", "a number > 0"),
+    ("--lr", "nan", "a number > 0"),
+    ("--warmup-steps", "-1", "an integer >= 0"),
+    ("--weight-decay", "-0.1", "a number >= 0"),
+    ("--grad-clip", "x", "a number >= 0"),
+    ("--precision", "fp8", "invalid choice"),
+    ("--seed", "-1", "an integer >= 0"),
+    ("--model", "huge", "invalid choice"),
+    ("--image-size", "4", "an integer >= 8"),
+    ("--synthetic-samples", "0", "a positive integer"),
+    ("--synthetic-samples", "3", "smaller than one batch"),
+    ("--num-classes", "1", "an integer >= 2"),
+    ("--num-workers", "-2", "an integer >= 0"),
+    ("--ckpt-dir", "/dev/null/checkpoints", "is not a directory"),
+    ("--save-every", "-5", "an integer >= 0"),
+    ("--keep", "0", "a positive integer"),
+    ("--log-every", "0", "a positive integer"),
+    ("--metrics-file", "/no/such/dir/metrics.jsonl", "does not exist"),
+    ("--peak-tflops", "0", "a number > 0"),
+    ("--device", "tpu", "invalid choice"),
+    ("--backend", "mpi", "invalid choice"),
+    ("--pg-timeout", "0", "a positive integer"),
+]
+
+
+def run_trainer(torch_host, scripts_dir: str, arguments: str):
+    # No torchrun: a bad flag must fail before any rendezvous, so a lone process shows the same.
+    return torch_host.run(f"cd $(mktemp -d) && {ENV} timeout 60 python {scripts_dir}/train_ddp.py {arguments}")
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), BAD_VALUES, ids=[f"{f}={v}" for f, v, _ in BAD_VALUES])
+def test_bad_value_gets_one_line_naming_the_flag(torch_host, scripts_dir, flag, value, message):
+    result = run_trainer(torch_host, scripts_dir, f"{flag} {value}")
+    assert result.rc == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert flag in lines[0] and message in lines[0], lines[0]
+    assert result.stdout == ""  # rejected before training printed anything
+
+
+def test_missing_optional_packages_are_named(torch_host, scripts_dir):
+    """--data-dir needs torchvision and --tensorboard-dir needs tensorboard; both are optional."""
+    checks = {"torchvision": ("--data-dir .", "--data-dir needs torchvision"),
+              "tensorboard": ("--tensorboard-dir tb", "--tensorboard-dir needs tensorboard")}
+    missing = [name for name in checks
+               if torch_host.run(f"python -c 'import {name}'").rc != 0]
+    if not missing:
+        pytest.skip("torchvision and tensorboard are both installed here")
+    for name in missing:
+        arguments, message = checks[name]
+        result = run_trainer(torch_host, scripts_dir, arguments)
+        lines = result.stderr.strip().splitlines()
+        assert result.rc == 2 and len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_cuda_only_choices_are_refused_without_a_gpu(torch_host, scripts_dir):
+    if torch_host.run("python -c 'import torch, sys; sys.exit(torch.cuda.is_available())'").rc != 0:
+        pytest.skip("a GPU is visible here")
+    for arguments, message in [("--device cuda", "--device cuda: no CUDA device is visible"),
+                               ("--backend nccl", "--backend nccl needs a GPU")]:
+        result = run_trainer(torch_host, scripts_dir, arguments)
+        assert result.rc == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_help_explains_every_flag(torch_host, scripts_dir):
+    result = run_trainer(torch_host, scripts_dir, "--help")
+    assert result.rc == 0
+    for flag in DOCUMENTED_FLAGS:
+        assert flag in result.stdout, flag
+    assert "torchrun" in result.stdout
