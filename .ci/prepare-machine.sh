@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares a bare CI machine of this workplace for `make test` (see ../shared/docs/machine.md):
-# a Docker engine, the buildx and compose plugins, an offline Debian base image (no registry is
-# reachable here), the host CA bundle for pip behind the intercepting proxy, and a torch wheelhouse.
+# a Docker engine, the buildx and compose plugins, Chromium for the browser tests, and an offline
+# Debian base image (no registry is reachable here).
 # Every step is idempotent, so a developer can run it again on a machine that already has them.
 set -euo pipefail
 
@@ -13,7 +13,7 @@ log() { printf '[prepare-machine] %s\n' "$*" >&2; }
 
 install_debian_packages() {
   local missing=()
-  for pkg in docker.io debootstrap; do
+  for pkg in docker.io debootstrap chromium; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
   done
   if ((${#missing[@]})); then

@@ -65,7 +65,7 @@ def test_without_a_token_one_is_generated_printed_once_and_kept_in_a_file(contai
     container = containers(options=[*PUBLISH_JUPYTER, *token_env])
     container.wait_until_healthy()
     logs = container.logs()
-    tokens = re.findall(r"/lab\?token=([0-9a-f]{48})\b", logs)
+    tokens = re.findall(r"/\?token=([0-9a-f]{48})\b", logs)
     assert len(tokens) == 1, logs
     token = tokens[0]
     assert container.run("cat ~/.jupyter/token").stdout.strip() == token

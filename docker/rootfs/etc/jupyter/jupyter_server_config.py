@@ -15,6 +15,10 @@ c.ServerApp.root_dir = "/workspace"
 c.ServerApp.terminals_enabled = True
 # The browser reaches us through a published port, so the Host header is the docker host's name.
 c.ServerApp.allow_remote_access = True
+# The sample notebook (copied into the workspace at start, start.d/45-sample-notebook.sh) opens first.
+SAMPLE_NOTEBOOK = "examples/ddp_quickstart.ipynb"
+if os.path.exists(os.path.join("/workspace", SAMPLE_NOTEBOOK)):
+    c.LabApp.default_url = f"/lab/tree/{SAMPLE_NOTEBOOK}"
 # Terminals are login shells, like SSH sessions and tmux windows.
 c.ServerApp.terminado_settings = {"shell_command": ["/bin/bash", "-l"]}
 

@@ -1,5 +1,5 @@
 # Start-up hook (sourced by entrypoint.sh): who the container user is.
-# shellcheck disable=SC2034  # CONTAINER_UID/GID are read by entrypoint.sh, which sources this hook
+# shellcheck disable=SC2034  # CONTAINER_UID/GID and AS_USER are read by entrypoint.sh and later hooks
 # Started as root (the default): PUID/PGID remap the user so files in bind mounts carry the host's ids.
 # Started with `docker run --user UID:GID`: that uid gets a passwd entry and a HOME through nss_wrapper,
 # because tools such as torch.compile (getpass) and ssh-keygen fail for a uid the system does not know.
@@ -74,4 +74,10 @@ CONTAINER_GID=$(id -g "$CONTAINER_USER" 2>/dev/null || id -g)
 export HOME=/home/$CONTAINER_USER USER=$CONTAINER_USER LOGNAME=$CONTAINER_USER
 if [[ ! -w $HOME ]] && ((EUID != 0)); then
   HOME=/tmp/home-$(id -u)
+fi
+# The prefix that runs a command as the container user: it drops root when started as root.
+if ((EUID == 0)); then
+  AS_USER=(setpriv --reuid="$CONTAINER_UID" --regid="$CONTAINER_GID" --init-groups --)
+else
+  AS_USER=()
 fi

@@ -10,7 +10,7 @@ generate_jupyter_token() {
   mkdir -p "$(dirname "$token_file")"
   (umask 077 && printf '%s\n' "$JUPYTER_TOKEN" >"$token_file")
   ((EUID == 0)) && chown -R "$CONTAINER_UID:$CONTAINER_GID" "$(dirname "$token_file")"
-  log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}/lab?token=$JUPYTER_TOKEN" \
+  log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}/?token=$JUPYTER_TOKEN" \
            "(token also in $token_file; set JUPYTER_TOKEN to choose your own)"
 }
 
