@@ -7,6 +7,7 @@ Chromium is Debian's (/usr/bin/chromium), driven by Playwright. Screenshots go t
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -53,12 +54,14 @@ def test_the_sample_notebook_opens_by_default_and_runs_to_the_end(browser, jupyt
     try:
         # The URL the logs print: the server's root, which opens the sample notebook.
         page.goto(f"{jupyter_url}/?token={TOKEN}")
-        page.get_by_text("Distributed training from a notebook").first.wait_for(timeout=90_000)
-        page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(timeout=90_000)
+        page.get_by_role("heading", name="Distributed training from a notebook").wait_for(timeout=90_000)
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-        page.get_by_text("loss went from").wait_for(timeout=NOTEBOOK_RUN_TIMEOUT_MS)
+        # The last cell's output (its source holds the same words, so look in outputs only).
+        page.locator(".jp-OutputArea-output", has_text="loss went from").wait_for(timeout=NOTEBOOK_RUN_TIMEOUT_MS)
         outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
+        first_loss, last_loss = map(float, re.search(r"loss went from ([\d.]+) to ([\d.]+)", "\n".join(outputs)).groups())
+        assert last_loss < first_loss, "the notebook's run did not learn"
         assert not any("Traceback" in text for text in outputs), "\n".join(outputs)
         assert page.locator(".jp-RenderedImage img").count() >= 1, "the metrics plot is missing"
         assert any("torch" in text and "CUDA" in text for text in outputs), "the environment cell printed nothing"
@@ -72,7 +75,8 @@ def test_without_the_token_the_browser_reaches_the_login_page(browser, jupyter_u
     try:
         page.goto(f"{jupyter_url}/lab")
         assert "/login" in page.url
-        page.locator("input[type='password']").wait_for(timeout=30_000)
+        page.get_by_role("button", name="Log in").first.wait_for(timeout=30_000)
+        assert page.locator("input[type='password']").count() >= 1
         screenshot(page, "jupyterlab-login.png")
     finally:
         page.close()
