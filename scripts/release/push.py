@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 
-from tags import ReleaseError, compute_tags, read_labels
+from tags import ReleaseError, compute_tags, read_labels, run_command
 
 PUSH_TIMEOUT_S = 1800
 DIGEST_LINE = re.compile(r"digest: (sha256:[0-9a-f]{64})")
@@ -57,15 +57,7 @@ def push(registry: str, image: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print("usage: push.py REGISTRY IMAGE   (REGISTRY: host[:port][/namespace])", file=sys.stderr)
-        return 2
-    try:
-        push(argv[1], argv[2])
-    except ReleaseError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(argv, "push.py REGISTRY IMAGE   (REGISTRY: host[:port][/namespace])", push)
 
 
 if __name__ == "__main__":

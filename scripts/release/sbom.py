@@ -20,7 +20,7 @@ import sys
 import uuid
 from urllib.parse import quote
 
-from tags import CREATED_LABEL, REVISION_LABEL, ReleaseError, compute_tags, read_labels
+from tags import CREATED_LABEL, REVISION_LABEL, ReleaseError, compute_tags, read_labels, run_command
 
 SBOM_LABEL = "dev.pytorch-dev.sbom"
 TOOL_NAME = "pytorch-dev scripts/release/sbom.py"
@@ -141,16 +141,8 @@ def write_sbom(image: str, output_dir: pathlib.Path) -> pathlib.Path:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print("usage: sbom.py IMAGE OUTPUT_DIR   (writes a CycloneDX 1.5 JSON SBOM of IMAGE into OUTPUT_DIR)",
-              file=sys.stderr)
-        return 2
-    try:
-        print(write_sbom(argv[1], pathlib.Path(argv[2])))
-    except ReleaseError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(argv, "sbom.py IMAGE OUTPUT_DIR   (writes a CycloneDX 1.5 JSON SBOM of IMAGE into OUTPUT_DIR)",
+                       lambda image, output_dir: print(write_sbom(image, pathlib.Path(output_dir))))
 
 
 if __name__ == "__main__":

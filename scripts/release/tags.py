@@ -18,6 +18,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 
 FLAVOR_LABEL = "dev.pytorch-dev.flavor"
 TORCH_LABEL = "dev.pytorch-dev.torch-version"
@@ -36,6 +37,21 @@ NGC_PYTORCH_REPOSITORY = "nvidia/pytorch"
 
 class ReleaseError(Exception):
     """A user error, reported as one line that says what is wrong and what to do."""
+
+
+def run_command(argv: list[str], usage: str, action: Callable[..., object]) -> int:
+    """The command-line shell of every release tool: checks the argument count against USAGE, runs
+    ACTION on the arguments and turns a ReleaseError into one `error:` line and exit code 2."""
+    expected = len(usage.split("   ")[0].split()) - 1
+    if len(argv) - 1 != expected:
+        print(f"usage: {usage}", file=sys.stderr)
+        return 2
+    try:
+        action(*argv[1:])
+    except ReleaseError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def read_labels(image: str) -> dict[str, str]:
@@ -98,15 +114,8 @@ def compute_tags(labels: dict[str, str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: tags.py IMAGE   (prints the release tags of the built IMAGE, one a line)", file=sys.stderr)
-        return 2
-    try:
-        print("\n".join(compute_tags(read_labels(argv[1]))))
-    except ReleaseError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(argv, "tags.py IMAGE   (prints the release tags of the built IMAGE, one a line)",
+                       lambda image: print("\n".join(compute_tags(read_labels(image)))))
 
 
 if __name__ == "__main__":
