@@ -10,9 +10,11 @@ ARG FLAVOR=gpu
 ARG NGC_IMAGE=nvcr.io/nvidia/pytorch
 ARG NGC_TAG=25.08-py3
 ARG CPU_BASE_IMAGE=debian:bookworm-slim
+# A release build pins its base by digest (sha256:...); empty means "whatever the tag points at now".
+ARG BASE_DIGEST=""
 
 # ---------------------------------------------------------------------------------------------- GPU base
-FROM ${NGC_IMAGE}:${NGC_TAG} AS base-gpu
+FROM ${NGC_IMAGE}:${NGC_TAG}${BASE_DIGEST:+@}${BASE_DIGEST} AS base-gpu
 ARG NGC_IMAGE
 ARG NGC_TAG
 # NGC installs torch system-wide and pins it (and hundreds of packages) in PIP_CONSTRAINT, which our
@@ -20,7 +22,7 @@ ARG NGC_TAG
 ENV IMAGE_BASE="${NGC_IMAGE}:${NGC_TAG}"
 
 # ---------------------------------------------------------------------------------------------- CPU base
-FROM ${CPU_BASE_IMAGE} AS base-cpu
+FROM ${CPU_BASE_IMAGE}${BASE_DIGEST:+@}${BASE_DIGEST} AS base-cpu
 ARG CPU_BASE_IMAGE
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -110,6 +112,7 @@ CMD []
 ARG SOURCE_URL=""
 ARG REVISION=""
 ARG CREATED=""
+ARG BASE_DIGEST
 LABEL org.opencontainers.image.title="pytorch-dev ${FLAVOR}" \
       org.opencontainers.image.description="PyTorch multi-GPU development and training: JupyterLab, SSH, tmux, torchrun" \
       org.opencontainers.image.source="${SOURCE_URL}" \
@@ -118,6 +121,7 @@ LABEL org.opencontainers.image.title="pytorch-dev ${FLAVOR}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       dev.pytorch-dev.flavor="${FLAVOR}" \
       dev.pytorch-dev.base-image="${IMAGE_BASE}" \
+      dev.pytorch-dev.base-digest="${BASE_DIGEST}" \
       dev.pytorch-dev.torch-version="${PYTORCH_VERSION}" \
       dev.pytorch-dev.cuda-version="${CUDA_VERSION:-none}" \
       dev.pytorch-dev.sbom="sbom-${FLAVOR}-${REVISION}.cdx.json"

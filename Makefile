@@ -12,6 +12,10 @@ FLAVOR ?= gpu
 IMAGE ?= pytorch-dev
 TAG ?= $(FLAVOR)-latest
 NGC_TAG ?= 25.08-py3
+CPU_BASE_IMAGE ?= debian:bookworm-slim
+# RELEASE=1 pins the base by digest: BASE_DIGEST, or else the digest of the base image pulled here.
+RELEASE ?=
+BASE_DIGEST ?=
 TORCH_VERSION ?= 2.13.0
 WHEELHOUSE ?=
 CA_BUNDLE ?=
@@ -24,6 +28,7 @@ IMAGE_SUITE := tests/test_image.py tests/test_entrypoint.py tests/test_ssh.py te
   tests/test_torchrun.py tests/test_compose.py tests/test_gpu.py tests/doctor
 
 IMAGE_REF := $(IMAGE):$(TAG)
+BASE_REF := $(if $(filter gpu,$(FLAVOR)),nvcr.io/nvidia/pytorch:$(NGC_TAG),$(CPU_BASE_IMAGE))
 TEST_VENV := .venv-test
 COMPOSE := docker compose $(if $(filter cpu,$(FLAVOR)),-f compose.yaml -f compose.cpu.yaml,)
 
@@ -38,12 +43,19 @@ help: ## List the targets and the variables they read
 
 BUILD_ARGS = --build-arg FLAVOR=$(FLAVOR) \
   --build-arg NGC_TAG=$(NGC_TAG) \
+  --build-arg CPU_BASE_IMAGE=$(CPU_BASE_IMAGE) \
+  --build-arg BASE_DIGEST=$(PINNED_BASE_DIGEST) \
   --build-arg TORCH_VERSION=$(TORCH_VERSION) \
   --build-arg PIP_INDEX_URL=$(PIP_INDEX_URL) \
   $(if $(CA_BUNDLE),--secret id=ca_bundle$(,)src=$(CA_BUNDLE))
 
+# The digest a release build pins: BASE_DIGEST, or the registry digest of the base (pulled if need be).
+PINNED_BASE_DIGEST = $(if $(RELEASE),$(or $(BASE_DIGEST),$(shell scripts/release/base_digest.sh $(BASE_REF))),$(BASE_DIGEST))
+
 .PHONY: build
-build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debian + CPU torch)
+build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debian + CPU torch); RELEASE=1 pins the base
+	@if [[ -n "$(RELEASE)" && -z "$(PINNED_BASE_DIGEST)" ]]; then \
+	  echo "RELEASE=1 pins the base by digest, but $(BASE_REF) has none here: docker pull $(BASE_REF), or set BASE_DIGEST=sha256:..." >&2; exit 2; fi
 	docker build --file Dockerfile --tag $(IMAGE_REF) $(BUILD_ARGS) \
 	  --build-arg SOURCE_URL="$$(git config --get remote.origin.url || true)" \
 	  --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || true)" \

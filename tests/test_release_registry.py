@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.containers import docker
-from tests.release_support import REPO_ROOT, make, split_image_ref
+from tests.release_support import REPO_ROOT, build_variables, make, split_image_ref
 
 REGISTRY_BINARY = "/usr/bin/docker-registry"
 SUITE_ON_PULLED_IMAGE = ["tests/test_image.py", "tests/test_torchrun.py"]
@@ -120,3 +120,26 @@ def test_pushed_digest_pulls_the_same_image(registry, image, flavor):
         assert image_id(digest_ref) == image_id(image)
     finally:
         docker("image", "rm", digest_ref, check=False)
+
+
+def test_a_release_build_pins_its_base_by_digest(registry, image, flavor):
+    """RELEASE=1 builds FROM base@digest (resolved through the registry) and records the digest in a label;
+    a digest the registry does not hold fails the build."""
+    if flavor != "cpu":
+        pytest.skip("the registry here can hold only the CPU flavor's base; the GPU base is NGC's")
+    base = f"{registry}/debian:bookworm-slim"
+    docker("tag", "debian:bookworm-slim", base)
+    docker("push", base, timeout=PUSH_TIMEOUT_S)  # gives the local base its registry digest
+    release_image = f"pt-release-digest-test:{os.getpid()}"
+    try:
+        built = make("build", release_image, "cpu", "RELEASE=1", f"CPU_BASE_IMAGE={base}", *build_variables())
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        digest = docker("image", "inspect", "--format", "{{index .RepoDigests 0}}", base).stdout.strip().split("@")[1]
+        labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", release_image).stdout)
+        assert labels["dev.pytorch-dev.base-digest"] == digest
+
+        wrong = make("build", release_image, "cpu", "RELEASE=1", f"CPU_BASE_IMAGE={base}",
+                     f"BASE_DIGEST=sha256:{'0' * 64}", *build_variables())
+        assert wrong.returncode != 0 and "sha256:" + "0" * 64 in wrong.stdout + wrong.stderr
+    finally:
+        docker("image", "rm", release_image, base, check=False)
