@@ -55,6 +55,8 @@ def test_the_sample_notebook_opens_by_default_and_runs_to_the_end(browser, jupyt
         # The URL the logs print: the server's root, which opens the sample notebook.
         page.goto(f"{jupyter_url}/?token={TOKEN}")
         page.get_by_role("heading", name="Distributed training from a notebook").wait_for(timeout=90_000)
+        # Run All before the kernel is up queues nothing on a loaded machine: wait for the idle kernel.
+        page.locator(".jp-StatusBar-TextItem", has_text="Idle").first.wait_for(timeout=120_000)
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
         # The last cell's output (its source holds the same words, so look in outputs only).
