@@ -1,0 +1,33 @@
+"""What rank 0 reports: JSON metrics lines with the documented fields, and TensorBoard scalars.
+
+    make test PYTEST_ARGS="tests/trainer/test_observability.py"
+    PATH=/work/devvenv/bin:$PATH TORCH_TESTS_ON_HOST=1 python -m pytest tests/trainer/test_observability.py
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.trainer.runs import TINY_RUN, make_workdir, python_json, read_metrics, torchrun
+
+
+def test_metrics_lines_and_tensorboard_scalars_cover_every_logged_step(torch_host, scripts_dir):
+    if torch_host.run("timeout 60 python -c 'import tensorboard'").rc != 0:
+        pytest.skip("tensorboard is not installed on this torch host (the image has it)")
+    workdir = make_workdir(torch_host)
+    result = torch_host.run(torchrun(f"{scripts_dir}/train_ddp.py") + f" {TINY_RUN} --max-steps 6 "
+                            f"--log-every 2 --ckpt-dir {workdir}/ckpt --metrics-file {workdir}/metrics.jsonl "
+                            f"--tensorboard-dir {workdir}/tb")
+    assert result.rc == 0, result.stdout + result.stderr
+
+    records = read_metrics(torch_host, f"{workdir}/metrics.jsonl")
+    assert [record["step"] for record in records] == [2, 4, 6]
+    for record in records:
+        assert {"step", "loss", "lr", "samples_per_sec", "restart_count"} <= record.keys()
+        assert record["samples_per_sec"] > 0 and record["restart_count"] == 0
+
+    scalars = python_json(torch_host, (
+        "import json; from tensorboard.backend.event_processing.event_accumulator import EventAccumulator; "
+        f"events = EventAccumulator('{workdir}/tb'); events.Reload(); "
+        "print(json.dumps({tag: [event.step for event in events.Scalars(tag)] for tag in events.Tags()['scalars']}))"))
+    assert scalars["train/loss"] == [2, 4, 6]
+    assert scalars["train/samples_per_sec"] == [2, 4, 6]
