@@ -136,7 +136,8 @@ lint: $(TEST_VENV) lint-workflows ## Lint the Dockerfile (hadolint), shell scrip
 	$(TEST_VENV)/bin/hadolint Dockerfile
 	$(TEST_VENV)/bin/shellcheck --shell=bash --external-sources entrypoint.sh .ci/run .ci/*.sh docker/build/*.sh \
 	  docker/rootfs/etc/container/start.d/*.sh docker/rootfs/usr/local/lib/container/log.sh docker/rootfs/usr/local/bin/healthcheck \
-	  docker/python/lock.sh tests/ngc_standin/*.sh tests/ngc_standin/entrypoint.d/*.sh scripts/release/*.sh
+	  docker/python/lock.sh tests/ngc_standin/*.sh tests/ngc_standin/entrypoint.d/*.sh scripts/release/*.sh \
+	  deploy/slurm/train.sbatch
 
 .PHONY: clean
 clean: ## Remove the image, the test venv and build leftovers
