@@ -9,6 +9,7 @@ import dataclasses
 import json
 import resource
 import shlex
+import socket
 import subprocess
 import time
 import uuid
@@ -33,15 +34,28 @@ def host_has_nvidia_runtime() -> bool:
     return "nvidia" in result.stdout
 
 
-def memlock_option() -> str:
-    """compose.yaml asks for an unlimited memlock; where the engine's own hard limit is lower (as on the
-    project's CI machines, 8 MiB) a container cannot get more, so the tests ask for that limit."""
+def engine_memlock_limit() -> int:
+    """The memlock limit containers can get here: -1 (unlimited, what compose.yaml asks for), or the
+    engine's own hard limit where that is lower (8 MiB on the project's CI machines), read from this
+    process, which runs under the same limits as the engine."""
     _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    return "memlock=-1" if hard == resource.RLIM_INFINITY else f"memlock={hard}:{hard}"
+    return -1 if hard == resource.RLIM_INFINITY else hard
+
+
+def memlock_option() -> str:
+    limit = engine_memlock_limit()
+    return "memlock=-1" if limit == -1 else f"memlock={limit}:{limit}"
 
 
 def memlock_is_limited_here() -> bool:
-    return resource.getrlimit(resource.RLIMIT_MEMLOCK)[1] != resource.RLIM_INFINITY
+    return engine_memlock_limit() != -1
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a service a test starts on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 # What compose.yaml gives the service, as docker-run options.

@@ -10,14 +10,13 @@ import dataclasses
 import json
 import os
 import pathlib
-import resource
 import shlex
 import subprocess
 import time
 import uuid
 
 from tests.conftest import REPO_ROOT
-from tests.containers import docker
+from tests.containers import docker, engine_memlock_limit
 
 COMPOSE_FILE = REPO_ROOT / "compose.multinode.yaml"
 NODE_SERVICES = ("node0", "node1")
@@ -34,8 +33,7 @@ ERROR_MARKERS = ("Traceback", "Error", "ERROR", "failed to shutdown", "terminate
 
 def cpu_override(tmp_dir: pathlib.Path) -> pathlib.Path:
     """An override file with what compose.cpu.yaml changes for compose.yaml, for every node service."""
-    _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    memlock = -1 if hard == resource.RLIM_INFINITY else hard  # see tests/containers.memlock_option
+    memlock = engine_memlock_limit()
     services = "".join(f"  {name}:\n    deploy: !reset {{}}\n    ulimits: {{memlock: {memlock}}}\n"
                        for name in (*NODE_SERVICES, "node"))
     path = tmp_dir / "compose.multinode.cpu-test.yaml"

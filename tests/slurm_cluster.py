@@ -13,6 +13,8 @@ import socket
 import subprocess
 import time
 
+from tests.containers import free_port
+
 COMMAND_TIMEOUT_S = 30
 
 
@@ -24,12 +26,6 @@ def missing_prerequisite() -> str | None:
     if os.geteuid() != 0:
         return "slurmd must run as root to start jobs"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def munge_works() -> bool:

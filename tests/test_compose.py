@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import resource
-import socket
 import subprocess
 import uuid
 
@@ -16,16 +14,11 @@ import pytest
 import requests
 
 from tests.conftest import REPO_ROOT
-from tests.containers import Container, LIVE_CONTAINERS, docker
+from tests.containers import (LIVE_CONTAINERS, Container, docker, engine_memlock_limit, free_port,
+                              memlock_is_limited_here)
 from tests.ssh_client import generate_key, public_line, run, ssh_session
 
 CPU_FILES = ["-f", "compose.yaml", "-f", "compose.cpu.yaml"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def compose(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
@@ -80,9 +73,8 @@ def compose_project(image: str, tmp_path):
         "SHM_SIZE": "1g",
         "PUID": str(os.getuid() or 1000), "PGID": str(os.getgid() or 1000),
     }
-    hard_memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
-    if hard_memlock != resource.RLIM_INFINITY:  # see containers.memlock_option
-        env["MEMLOCK_LIMIT"] = str(hard_memlock)
+    if memlock_is_limited_here():
+        env["MEMLOCK_LIMIT"] = str(engine_memlock_limit())
     yield env, key
     compose(*CPU_FILES, "down", "--volumes", "--timeout", "30", env=env)
 

@@ -14,7 +14,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,19 +22,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.containers import docker
+from tests.containers import docker, free_port
 from tests.release_support import REPO_ROOT, build_variables, make, split_image_ref
 
 REGISTRY_BINARY = "/usr/bin/docker-registry"
 SUITE_ON_PULLED_IMAGE = ["tests/test_image.py", "tests/test_torchrun.py"]
 PUSH_TIMEOUT_S = 900
 SUITE_TIMEOUT_S = 600
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def registry_api(address: str, path: str) -> dict:
