@@ -60,6 +60,8 @@ wait_for_services() {
   exit "$((status == 0 ? 1 : status))"
 }
 
+# A restarted container keeps its files: what the last start recorded is stale until this one is done.
+rm -f "$RUN_DIR/started" "$RUN_DIR/services"
 run_start_hooks
 # Start-up is done: from here on `docker exec` sees the final user, ids and files (tests wait for it).
 touch "$RUN_DIR/started"
