@@ -6,13 +6,13 @@ Chromium is Debian's (/usr/bin/chromium), driven by Playwright. Screenshots go t
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.host_tools import skip_where_missing
 
 TOKEN = "browser-test-token-5e0b7a"
 # Chromium as root in a sandbox-less CI machine, with nothing that calls out to the internet.
@@ -26,9 +26,7 @@ ARTIFACTS_DIR = REPO_ROOT / "test-artifacts"
 def browser():
     chromium = shutil.which("chromium")
     if not chromium:
-        if os.environ.get("CI"):
-            pytest.fail("Chromium is missing on a CI machine: .ci/run installs it (apt-get install chromium)")
-        pytest.skip("no Chromium on this host (apt-get install chromium)")
+        skip_where_missing("no Chromium on this host: apt-get install chromium")
     from playwright.sync_api import sync_playwright
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)

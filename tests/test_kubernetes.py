@@ -13,14 +13,12 @@ import os
 import re
 import subprocess
 
+import kubernetes_validate
 import pytest
 import yaml
 
 from tests.conftest import REPO_ROOT
 from tests.multinode_compose import COMPOSE_FILE
-
-kubernetes_validate = pytest.importorskip(
-    "kubernetes_validate", reason="kubernetes-validate is not installed: it belongs in tests/requirements.txt")
 
 MANIFESTS = REPO_ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.30.0"  # the oldest release a current training-operator or Trainer supports

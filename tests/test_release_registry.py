@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.containers import docker, free_port
+from tests.host_tools import skip_where_missing
 from tests.release_support import REPO_ROOT, build_variables, make, split_image_ref
 
 REGISTRY_BINARY = "/usr/bin/docker-registry"
@@ -41,9 +41,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A private docker-registry on a free 127.0.0.1 port (dockerd trusts 127.0.0.0/8 over plain HTTP)."""
     if not os.access(REGISTRY_BINARY, os.X_OK):
         message = f"{REGISTRY_BINARY} is missing: install it with `make ci-registry` (.ci/install-registry.sh)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_where_missing(message)
     root = tmp_path_factory.mktemp("registry")
     address = f"127.0.0.1:{free_port()}"
     config = root / "config.yml"

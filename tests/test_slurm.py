@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.host_tools import skip_where_missing
 from tests.multinode_compose import ERROR_MARKERS
 from tests.slurm_cluster import SlurmCluster, missing_prerequisite
 
@@ -29,7 +30,7 @@ TRAINING = ["--model", "tiny", "--image-size", "16", "--synthetic-samples", "512
 def slurm(tmp_path_factory) -> SlurmCluster:
     why_not = missing_prerequisite()
     if why_not:
-        pytest.skip(why_not)
+        skip_where_missing(why_not)
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
     cluster.start()
     yield cluster
