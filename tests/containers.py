@@ -6,6 +6,7 @@ service fails its test instead of hanging CI.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import resource
 import shlex
@@ -29,7 +30,9 @@ def docker(*args: str, timeout: float = DOCKER_TIMEOUT_S, check: bool = True) ->
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=check)
 
 
+@functools.cache
 def host_has_nvidia_runtime() -> bool:
+    """Whether the engine can give containers GPUs (asked once per test process)."""
     result = docker("info", "--format", "{{json .Runtimes}}", check=False)
     return "nvidia" in result.stdout
 
