@@ -31,17 +31,12 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from one_line_errors import OneLineErrorParser
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 GB = 1e9  # nccl-tests reports decimal GB/s
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """Reports a bad flag as one line that names it and points at --help, instead of the usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,6 +29,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from one_line_errors import OneLineErrorParser
+
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 SEVERITY = [SKIP, PASS, WARN, FAIL]
 EXIT_CODES = {PASS: 0, WARN: 1, FAIL: 2}
@@ -570,13 +572,6 @@ def print_human(results: list[Result], status: str) -> None:
 def print_json(results: list[Result], status: str) -> None:
     print(json.dumps({"status": status, "exit_code": EXIT_CODES[status],
                       "checks": [dataclasses.asdict(result) for result in results]}, indent=2))
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """Reports a bad flag as one line that names it and points at --help, instead of the usage dump."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def port_number(text: str) -> int:

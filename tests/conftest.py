@@ -8,6 +8,7 @@ local torch before any image exists, and how the GPU checks run on a GPU machine
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import testinfra
 
-from tests.containers import LIVE_CONTAINERS, Container, start_container
+from tests.containers import LIVE_CONTAINERS, Container, docker, start_container
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 IN_IMAGE_SCRIPTS_DIR = "/opt/scripts"
@@ -47,6 +48,12 @@ def image() -> str:
 @pytest.fixture(scope="session")
 def flavor() -> str:
     return os.environ.get("IMAGE_FLAVOR", "cpu")
+
+
+@pytest.fixture(scope="session")
+def labels(image: str) -> dict[str, str]:
+    """The image's labels: OCI metadata and the versions it was built from."""
+    return json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", image).stdout)
 
 
 @pytest.fixture

@@ -23,11 +23,6 @@ def container(training_container):
     return training_container
 
 
-@pytest.fixture(scope="module")
-def labels(image: str) -> dict[str, str]:
-    return json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", image).stdout)
-
-
 def test_an_init_is_pid_1_and_reaps_for_the_command(container):
     assert container.run("cat /proc/1/comm").stdout.strip() == "tini"
     assert container.run("cat /proc/1/cmdline | tr '\\0' ' '").stdout.startswith("/usr/bin/tini -g")

@@ -15,7 +15,6 @@ import re
 
 import pytest
 
-from tests.containers import docker
 from tests.release_support import REPO_ROOT, make
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "image.yml"
@@ -28,11 +27,6 @@ def load_release_module(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="module")
-def labels(image: str) -> dict[str, str]:
-    return json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", image).stdout)
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from one_line_errors import OneLineErrorParser
 from trainer.model import MODEL_SIZES
-
-
-class OneLineErrorParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line (no usage dump), pointing to --help."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def bounded(kind: type, is_valid: Callable[[float], bool], description: str) -> Callable[[str], int | float]:
