@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from one_line_errors import OneLineErrorParser
+from trainer.cli import OneLineErrorParser
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}

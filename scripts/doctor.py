@@ -29,7 +29,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from one_line_errors import OneLineErrorParser
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """A bad flag is one line that points at --help. (Kept here, not imported: doctor is one file that is
+    copied onto bare hosts, so it needs nothing beside the standard library.)"""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 SEVERITY = [SKIP, PASS, WARN, FAIL]

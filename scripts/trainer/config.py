@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from one_line_errors import OneLineErrorParser
+from trainer.cli import OneLineErrorParser
 from trainer.model import MODEL_SIZES
 
 

@@ -1,4 +1,4 @@
-"""The argument parser every script here uses: a bad flag is one line, not a usage dump."""
+"""The argument parser of the trainer and the benchmarks: a bad flag is one line, not a usage dump."""
 from __future__ import annotations
 
 import argparse
