@@ -1,33 +1,83 @@
 #!/usr/bin/env bash
 # The container's entrypoint, run by tini (PID 1).
-#   docker run IMAGE            -> start-up hooks, then the services (SSH, JupyterLab), until SIGTERM
-#   docker run IMAGE CMD ...    -> start-up hooks, then CMD as the container user (like NGC's entrypoint)
-# The hooks in /etc/container/start.d run in name order; drop a script there to extend start-up.
-# 10-user.sh sets AS_USER, the prefix that runs a command as the container user.
+#   docker run IMAGE            -> start-up, then the services (SSH, JupyterLab), until SIGTERM
+#   docker run IMAGE CMD ...    -> start-up, then CMD as the container user (like NGC's entrypoint)
+#
+# Start-up is the core steps below, in a fixed order, then the user's hooks. The core steps live in
+# /usr/local/lib/container/start, where no mount meant for hooks can hide them: mounting a folder over
+# /etc/container/start.d adds hooks, it never removes the user switch, SSH or JupyterLab.
 set -euo pipefail
 # shellcheck source=docker/rootfs/usr/local/lib/container/log.sh
 source /usr/local/lib/container/log.sh
+for step_library in /usr/local/lib/container/start/*.sh; do
+  # shellcheck source=/dev/null
+  source "$step_library"
+done
 
-readonly START_HOOKS_DIR=/etc/container/start.d
+readonly USER_HOOKS_DIR=/etc/container/start.d
 readonly RUN_DIR=/run/container
 
+# Everything the steps share is declared here, and only here.
 if (($#)); then CONTAINER_MODE="command"; else CONTAINER_MODE="services"; fi
+ENABLE_SSH=$(read_switch ENABLE_SSH 1)
+ENABLE_JUPYTER=$(read_switch ENABLE_JUPYTER 1)
+if [[ $CONTAINER_MODE == command ]]; then ENABLE_SSH=0 ENABLE_JUPYTER=0; fi
+# shellcheck disable=SC2034  # set by set_up_container_user, read by the later steps
+CONTAINER_UID="" CONTAINER_GID=""
+AS_USER=()   # the prefix that runs a command as the container user (set_up_container_user sets it)
+RUNNING_HOOK=""
 export CONTAINER_MODE
 
-run_start_hooks() {
+run_core_steps() {
+  run_ngc_start_scripts
+  set_up_container_user
+  warn_about_limits
+  if ((ENABLE_SSH)); then
+    if ssh_can_run; then prepare_ssh; else ENABLE_SSH=0; fi
+  fi
+  if ((ENABLE_JUPYTER)); then
+    prepare_jupyter_auth
+    copy_sample_notebooks
+  fi
+}
+
+# The user's hooks: every *.sh in USER_HOOKS_DIR, in name order, sourced as root after the core steps,
+# so they see the container user and can export variables for the services and the command. A hook
+# that fails, or calls `exit`, stops start-up with one line that names it.
+run_user_hooks() {
   local hook
-  for hook in "$START_HOOKS_DIR"/*.sh; do
+  for hook in "$USER_HOOKS_DIR"/*; do
     [[ -e $hook ]] || continue
-    # Sourced, not executed: hooks export what the services and the command need (HOME, tokens...).
+    if [[ $hook != *.sh ]]; then
+      log_warn "start-up hook $hook is ignored: only *.sh files run"
+      continue
+    fi
+    log_info "running start-up hook $hook"
+    # A global, not a local: when set -e ends the shell inside the hook, the trap runs after locals are gone.
+    RUNNING_HOOK=$hook
+    trap 'report_hook_that_ended_start_up $?' EXIT
     # shellcheck source=/dev/null
     source "$hook"
+    trap - EXIT
   done
+}
+
+# shellcheck disable=SC2329  # called by the EXIT trap that run_user_hooks sets
+report_hook_that_ended_start_up() {
+  local status=$1 hook=$RUNNING_HOOK
+  ((FATAL_REPORTED)) && return
+  if ((status == 0)); then
+    printf '[start] ERROR: start-up hook %s called exit, which ends start-up; make it return instead\n' "$hook" >&2
+    exit "$CONTAINER_EXIT_BAD_CONFIG"
+  fi
+  printf '[start] ERROR: start-up hook %s failed (exit status %s); fix it or remove it from %s\n' \
+    "$hook" "$status" "$USER_HOOKS_DIR" >&2
 }
 
 start_services() {
   local started=()
   if ((ENABLE_SSH)); then
-    /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config &
+    /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config -p "$SSH_CONTAINER_PORT" &
     started+=(ssh)
   fi
   if ((ENABLE_JUPYTER)); then
@@ -62,10 +112,14 @@ wait_for_services() {
 
 # A restarted container keeps its files: what the last start recorded is stale until this one is done.
 rm -f "$RUN_DIR/started" "$RUN_DIR/services"
-run_start_hooks
+run_core_steps
+run_user_hooks
+if ((ENABLE_SSH)); then write_session_env; fi
 # Start-up is done: from here on `docker exec` sees the final user, ids and files (tests wait for it).
 touch "$RUN_DIR/started"
 if [[ $CONTAINER_MODE == command ]]; then
+  # Root keeps root only by asking for it (docker exec --user root), never because a step went missing.
+  ((EUID != 0 || ${#AS_USER[@]})) || fatal "internal: the container user was not set up; the command did not run"
   exec "${AS_USER[@]}" "$@"
 fi
 start_services

@@ -1,6 +1,6 @@
 """JupyterLab for the container: every interface, /workspace, terminals, and never without auth.
 
-Authentication comes from the environment the entrypoint prepared (start.d/40-jupyter.sh):
+Authentication comes from the environment the entrypoint prepared (/usr/local/lib/container/start/jupyter.sh):
 JUPYTER_PASSWORD_HASH for a password login, else JUPYTER_TOKEN. With neither, the server refuses to
 start rather than run open: there is no empty-token mode.
 """
@@ -9,13 +9,13 @@ import os
 c = get_config()  # noqa: F821 (injected by Jupyter's config loader)
 
 c.ServerApp.ip = "0.0.0.0"
-c.ServerApp.port = 8888
+c.ServerApp.port = int(os.environ["JUPYTER_CONTAINER_PORT"])  # set in the Dockerfile
 c.ServerApp.open_browser = False
 c.ServerApp.root_dir = "/workspace"
 c.ServerApp.terminals_enabled = True
 # The browser reaches us through a published port, so the Host header is the docker host's name.
 c.ServerApp.allow_remote_access = True
-# The sample notebook (copied into the workspace at start, start.d/45-sample-notebook.sh) opens first.
+# The sample notebook (copied into the workspace at start, start/notebooks.sh) opens first.
 SAMPLE_NOTEBOOK = "examples/ddp_quickstart.ipynb"
 if os.path.exists(os.path.join("/workspace", SAMPLE_NOTEBOOK)):
     c.LabApp.default_url = f"/lab/tree/{SAMPLE_NOTEBOOK}"

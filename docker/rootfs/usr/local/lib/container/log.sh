@@ -1,10 +1,15 @@
 # The one log helper of the entrypoint and its start-up hooks. Every line names its level, and a fatal
 # line says what is wrong and what to do, then exits non-zero (the container does not start).
 readonly CONTAINER_EXIT_BAD_CONFIG=2
+# Set once a fatal line is out, so the entrypoint adds no second line for the same stop (it reads it).
+# shellcheck disable=SC2034
+FATAL_REPORTED=0
 log_info() { printf '[start] %s\n' "$*" >&2; }
 log_warn() { printf '[start] WARNING: %s\n' "$*" >&2; }
 fatal() {
   printf '[start] ERROR: %s\n' "$*" >&2
+  # shellcheck disable=SC2034
+  FATAL_REPORTED=1
   exit "$CONTAINER_EXIT_BAD_CONFIG"
 }
 # Accepts 1/0, true/false, yes/no, on/off for the switch named $1; prints 1 or 0.

@@ -1,4 +1,5 @@
-# Start-up hook (sourced by entrypoint.sh): SSH sessions see the container's environment.
+# Core start-up step (sourced by entrypoint.sh; defines functions only): SSH sessions see the
+# container's environment, including what the user's start-up hooks exported.
 # sshd starts sessions with a minimal environment, and Debian's /etc/profile resets PATH, so the
 # container's variables (PATH with the venv, CUDA_*, NCCL_*, LD_LIBRARY_PATH, ...) are written here once.
 # Login shells (ssh, tmux, Jupyter terminals) read it through /etc/profile.d; `ssh host CMD` through
@@ -11,7 +12,7 @@ readonly SESSION_ENV_EXCLUDED='^(HOME|HOSTNAME|PWD|OLDPWD|SHLVL|TERM|USER|LOGNAM
 write_session_env() {
   local name value
   {
-    echo "# Written at container start by $START_HOOKS_DIR/50-session-env.sh; do not edit."
+    echo "# Written at container start by the entrypoint (write_session_env); do not edit."
     for name in $(compgen -e); do
       [[ $name =~ $SESSION_ENV_EXCLUDED ]] && continue
       value=${!name}
@@ -22,7 +23,3 @@ write_session_env() {
   } >"$SESSION_ENV_FILE"
   chmod 0644 "$SESSION_ENV_FILE"
 }
-
-if [[ $CONTAINER_MODE == services ]] && ((ENABLE_SSH)); then
-  write_session_env
-fi

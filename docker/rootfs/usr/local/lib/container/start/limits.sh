@@ -1,4 +1,5 @@
-# Start-up hook (sourced by entrypoint.sh): warn, with the fix, about limits that break training later.
+# Core start-up step (sourced by entrypoint.sh; defines functions only): warn, with the fix, about
+# limits that break training later.
 
 readonly DOCKER_DEFAULT_SHM_KB=65536
 
@@ -21,5 +22,7 @@ warn_if_memlock_is_limited() {
   fi
 }
 
-warn_if_shm_is_small
-warn_if_memlock_is_limited
+warn_about_limits() {
+  warn_if_shm_is_small
+  warn_if_memlock_is_limited
+}

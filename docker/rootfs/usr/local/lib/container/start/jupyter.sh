@@ -1,4 +1,5 @@
-# Start-up hook (sourced by entrypoint.sh): JupyterLab always runs behind authentication.
+# Core start-up step (sourced by entrypoint.sh; defines functions only): JupyterLab always runs behind
+# authentication.
 # JUPYTER_PASSWORD_HASH (from jupyter_server.auth.passwd) or JUPYTER_TOKEN; when neither is given a
 # random token is made, printed once with the URL, and kept in ~/.jupyter/token for the user.
 
@@ -14,8 +15,7 @@ generate_jupyter_token() {
            "(token also in $token_file; set JUPYTER_TOKEN to choose your own)"
 }
 
-ENABLE_JUPYTER=$(read_switch ENABLE_JUPYTER 1)
-if [[ $CONTAINER_MODE == services ]] && ((ENABLE_JUPYTER)); then
+prepare_jupyter_auth() {
   if [[ -n ${JUPYTER_PASSWORD_HASH:-} ]]; then
     [[ $JUPYTER_PASSWORD_HASH =~ ^(argon2|sha1|sha256|sha512): ]] ||
       fatal "JUPYTER_PASSWORD_HASH is not a Jupyter password hash; make one with: python -c \"from jupyter_server.auth import passwd; print(passwd())\""
@@ -24,4 +24,4 @@ if [[ $CONTAINER_MODE == services ]] && ((ENABLE_JUPYTER)); then
     generate_jupyter_token
   fi
   export JUPYTER_TOKEN=${JUPYTER_TOKEN:-}
-fi
+}

@@ -1,5 +1,6 @@
-# Start-up hook (sourced by entrypoint.sh): put the sample notebook in the workspace, where JupyterLab
-# opens it by default (jupyter_server_config.py). Never overwrites: a user's edited copy stays theirs.
+# Core start-up step (sourced by entrypoint.sh; defines functions only): put the sample notebook in the
+# workspace, where JupyterLab opens it by default (jupyter_server_config.py). Never overwrites: a user's
+# edited copy stays theirs.
 
 readonly SAMPLE_NOTEBOOKS_DIR=/opt/notebooks
 readonly WORKSPACE_EXAMPLES_DIR=/workspace/examples
@@ -17,7 +18,3 @@ copy_sample_notebooks() {
     fi
   done
 }
-
-if [[ $CONTAINER_MODE == services ]] && ((ENABLE_JUPYTER)); then
-  copy_sample_notebooks
-fi

@@ -1,5 +1,5 @@
-# Start-up hook (sourced by entrypoint.sh): who the container user is.
-# shellcheck disable=SC2034  # CONTAINER_UID/GID and AS_USER are read by entrypoint.sh and later hooks
+# Core start-up step (sourced by entrypoint.sh; defines functions only): who the container user is.
+# shellcheck disable=SC2034  # CONTAINER_UID/GID and AS_USER are declared and read by entrypoint.sh
 # Started as root (the default): PUID/PGID remap the user so files in bind mounts carry the host's ids.
 # Started with `docker run --user UID:GID`: that uid gets a passwd entry and a HOME through nss_wrapper,
 # because tools such as torch.compile (getpass) and ssh-keygen fail for a uid the system does not know.
@@ -60,24 +60,28 @@ give_unknown_uid_a_passwd_entry() {
   log_info "uid $uid is not in /etc/passwd: running as $CONTAINER_USER ($uid:$gid) with HOME=$home"
 }
 
-validate_numeric_id PUID "id -u"
-validate_numeric_id PGID "id -g"
-if ((EUID == 0)); then
-  remap_user_ids
-else
-  [[ -z ${PUID:-}${PGID:-} ]] ||
-    log_warn "PUID/PGID are ignored: the container was started as uid $(id -u) (--user); drop --user to use them"
-  give_unknown_uid_a_passwd_entry
-fi
-CONTAINER_UID=$(id -u "$CONTAINER_USER" 2>/dev/null || id -u)
-CONTAINER_GID=$(id -g "$CONTAINER_USER" 2>/dev/null || id -g)
-export HOME=/home/$CONTAINER_USER USER=$CONTAINER_USER LOGNAME=$CONTAINER_USER
-if [[ ! -w $HOME ]] && ((EUID != 0)); then
-  HOME=/tmp/home-$(id -u)
-fi
-# The prefix that runs a command as the container user: it drops root when started as root.
-if ((EUID == 0)); then
-  AS_USER=(setpriv --reuid="$CONTAINER_UID" --regid="$CONTAINER_GID" --init-groups --)
-else
-  AS_USER=()
-fi
+# Maps or names the container user, then sets what the entrypoint declared: CONTAINER_UID, CONTAINER_GID,
+# HOME/USER/LOGNAME, and AS_USER, the prefix that runs a command as that user.
+set_up_container_user() {
+  validate_numeric_id PUID "id -u"
+  validate_numeric_id PGID "id -g"
+  if ((EUID == 0)); then
+    remap_user_ids
+  else
+    [[ -z ${PUID:-}${PGID:-} ]] ||
+      log_warn "PUID/PGID are ignored: the container was started as uid $(id -u) (--user); drop --user to use them"
+    give_unknown_uid_a_passwd_entry
+  fi
+  CONTAINER_UID=$(id -u "$CONTAINER_USER" 2>/dev/null || id -u)
+  CONTAINER_GID=$(id -g "$CONTAINER_USER" 2>/dev/null || id -g)
+  export HOME=/home/$CONTAINER_USER USER=$CONTAINER_USER LOGNAME=$CONTAINER_USER
+  if [[ ! -w $HOME ]] && ((EUID != 0)); then
+    HOME=/tmp/home-$(id -u)
+  fi
+  # The prefix that runs a command as the container user: it drops root when started as root.
+  if ((EUID == 0)); then
+    AS_USER=(setpriv --reuid="$CONTAINER_UID" --regid="$CONTAINER_GID" --init-groups --)
+  else
+    AS_USER=()
+  fi
+}

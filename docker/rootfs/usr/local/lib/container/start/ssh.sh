@@ -1,4 +1,5 @@
-# Start-up hook (sourced by entrypoint.sh): prepare sshd on port 2222 when the SSH service will run.
+# Core start-up step (sourced by entrypoint.sh; defines functions only): prepare sshd when the SSH
+# service will run.
 # Key-only logins for the container user. Host keys are made here, at first start, into a volume
 # (/etc/ssh/host_keys): never baked into the image, so two deployments never share host keys.
 # Authorized keys come from SSH_AUTHORIZED_KEYS (one or more public keys, one a line) and/or
@@ -53,15 +54,16 @@ write_authorized_keys() {
   fi
 }
 
-ENABLE_SSH=$(read_switch ENABLE_SSH 1)
-if [[ $CONTAINER_MODE == services ]] && ((ENABLE_SSH)); then
-  if ((EUID != 0)); then
-    log_warn "SSH needs the container to start as root to log users in; it is off. Drop --user and set PUID/PGID instead"
-    ENABLE_SSH=0
-  else
-    ensure_host_keys
-    write_authorized_keys
-    # sshd drops privileges into this directory.
-    install -d -m 0755 /run/sshd
-  fi
-fi
+# sshd switches to the user who logs in, which only root can do.
+ssh_can_run() {
+  ((EUID == 0)) && return 0
+  log_warn "SSH needs the container to start as root to log users in; it is off. Drop --user and set PUID/PGID instead"
+  return 1
+}
+
+prepare_ssh() {
+  ensure_host_keys
+  write_authorized_keys
+  # sshd drops privileges into this directory.
+  install -d -m 0755 /run/sshd
+}
