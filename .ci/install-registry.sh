@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's docker-registry (a real v2 registry, /usr/bin/docker-registry) for the release tests,
-# which push the image to a registry on 127.0.0.1 and pull it back (tests/test_release_registry.py).
+# which push the image to a registry on 127.0.0.1 and pull it back (tests/release/test_release_registry.py).
 # The package's own service is not started: each test run starts a private registry on a free port.
 # Idempotent, so a developer can run it again on a machine that already has it.
 set -euo pipefail

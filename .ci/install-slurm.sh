@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/test_slurm.py runs a one-node Slurm cluster with: Debian's slurmctld, slurmd,
+# Installs what tests/deploy/test_slurm.py runs a one-node Slurm cluster with: Debian's slurmctld, slurmd,
 # the client commands and munge (Slurm's authentication). The test writes its own slurm.conf and
 # starts the daemons itself; this only installs them. Run as root on a Debian CI machine.
 set -euo pipefail

@@ -6,7 +6,9 @@
 set -euo pipefail
 
 readonly PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
-readonly BASE_IMAGE=debian:bookworm-slim
+# The CPU base the Dockerfile names (its ARG CPU_BASE_IMAGE), e.g. debian:bookworm-slim.
+BASE_IMAGE=$(sed -n 's/^ARG CPU_BASE_IMAGE=//p' "$(dirname "$0")/../Dockerfile")
+readonly BASE_IMAGE
 readonly NEXT_DEBIAN_RELEASE=trixie
 
 log() { printf '[prepare-machine] %s\n' "$*" >&2; }
@@ -61,7 +63,8 @@ build_offline_base_image() {
   local mirror rootfs
   mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
   rootfs=$(mktemp -d)
-  debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >/dev/null
+  local codename=${BASE_IMAGE#debian:}
+  debootstrap --variant=minbase "${codename%%-*}" "$rootfs" "$mirror" >/dev/null
   rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
   tar -C "$rootfs" -c . | docker import -c 'CMD ["bash"]' - "$BASE_IMAGE" >/dev/null
   rm -rf "$rootfs"

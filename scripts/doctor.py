@@ -626,4 +626,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+        sys.stdout.flush()  # inside the try: a closed pipe shows up here, not in the interpreter's exit
+        sys.exit(status)
+    except BrokenPipeError:
+        # `doctor | head` closed the pipe: the reader has what it wanted, so end quietly, as cat does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_CODES[FAIL])

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
 from collections.abc import Callable, Iterator
 
 import pytest
 import testinfra
 
-from tests.containers import LIVE_CONTAINERS, Container, docker, start_container
+from tests.support import REPO_ROOT
+from tests.support.containers import LIVE_CONTAINERS, Container, docker, start_container
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 IN_IMAGE_SCRIPTS_DIR = "/opt/scripts"
 
 
@@ -46,14 +45,15 @@ def image() -> str:
 
 
 @pytest.fixture(scope="session")
-def flavor() -> str:
-    return os.environ.get("IMAGE_FLAVOR", "cpu")
-
-
-@pytest.fixture(scope="session")
 def labels(image: str) -> dict[str, str]:
     """The image's labels: OCI metadata and the versions it was built from."""
     return json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", image).stdout)
+
+
+@pytest.fixture(scope="session")
+def flavor(labels: dict[str, str]) -> str:
+    """gpu or cpu: what `make test` built (IMAGE_FLAVOR), else what the image says it is (a pulled one)."""
+    return os.environ.get("IMAGE_FLAVOR") or labels["dev.pytorch-dev.flavor"]
 
 
 @pytest.fixture

@@ -1,17 +1,17 @@
 """DDP computes what one process computes, keeps the ranks in lockstep, and learns the synthetic task.
 
-Run: PATH=/work/devvenv/bin:$PATH TORCH_TESTS_ON_HOST=1 python -m pytest tests/trainer/test_ddp_correctness.py -q
+Run: TORCH_TESTS_ON_HOST=1 .venv-test/bin/python -m pytest tests/trainer/test_ddp_correctness.py -q
 (or `make test`, which runs it inside the image).
 """
 from __future__ import annotations
 
 import pytest
 
-from tests.trainer.runs import (ENV, RUN_TIMEOUT_S, make_workdir, python_json, read_metrics,
-                                tensors_equal, torchrun, write_per_rank_dump)
+from tests.support.training import (ENV, RUN_TIMEOUT_S, TINY_MODEL, make_workdir, python_json, read_metrics,
+                                    tensors_equal, torchrun, write_per_rank_dump)
 
 STEPS = 30
-SHARED = "--model tiny --image-size 16 --synthetic-samples 512 --warmup-steps 5 --lr 3e-3 --seed 3 --num-workers 0"
+SHARED = f"{TINY_MODEL} --warmup-steps 5 --lr 3e-3 --seed 3 --num-workers 0"
 
 
 @pytest.fixture(scope="module")

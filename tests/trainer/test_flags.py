@@ -1,14 +1,14 @@
 """Every flag rejects bad values with one line that names it, before any process group starts;
 --help explains every flag.
 
-Run: PATH=/work/devvenv/bin:$PATH TORCH_TESTS_ON_HOST=1 python -m pytest tests/trainer/test_flags.py -q
+Run: TORCH_TESTS_ON_HOST=1 .venv-test/bin/python -m pytest tests/trainer/test_flags.py -q
 (or `make test`, which runs it inside the image).
 """
 from __future__ import annotations
 
 import pytest
 
-from tests.trainer.runs import ENV
+from tests.support.training import ENV
 
 DOCUMENTED_FLAGS = [
     "--max-steps", "--batch-size", "--grad-accum", "--lr", "--warmup-steps", "--weight-decay", "--grad-clip",

@@ -1,13 +1,13 @@
 """What rank 0 reports: JSON metrics lines with the documented fields, and TensorBoard scalars.
 
     make test PYTEST_ARGS="tests/trainer/test_observability.py"
-    PATH=/work/devvenv/bin:$PATH TORCH_TESTS_ON_HOST=1 python -m pytest tests/trainer/test_observability.py
+    TORCH_TESTS_ON_HOST=1 .venv-test/bin/python -m pytest tests/trainer/test_observability.py
 """
 from __future__ import annotations
 
 import pytest
 
-from tests.trainer.runs import TINY_RUN, make_workdir, python_json, read_metrics, torchrun
+from tests.support.training import TINY_RUN, make_workdir, python_json, read_metrics, torchrun
 
 
 def test_metrics_lines_and_tensorboard_scalars_cover_every_logged_step(torch_host, scripts_dir):

@@ -1,7 +1,7 @@
 """Stopping and restarting changes nothing: SIGTERM/SIGINT, a SIGKILLed worker under torchrun
 --max-restarts and a truncated newest checkpoint all end exactly where an uninterrupted run ends.
 
-Run: PATH=/work/devvenv/bin:$PATH TORCH_TESTS_ON_HOST=1 python -m pytest tests/trainer/test_resume.py -q
+Run: TORCH_TESTS_ON_HOST=1 .venv-test/bin/python -m pytest tests/trainer/test_resume.py -q
 (or `make test`, which runs it inside the image).
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.trainer.runs import ENV, RUN_TIMEOUT_S, TINY_RUN, make_workdir, read_metrics, tensors_equal, torchrun
+from tests.support.training import ENV, RUN_TIMEOUT_S, TINY_RUN, make_workdir, read_metrics, tensors_equal, torchrun
 
 STEPS = 40
 STOP_AFTER_STEP = 12  # mid-epoch (16 steps an epoch) and between two --save-every 10 checkpoints

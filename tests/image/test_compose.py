@@ -1,0 +1,108 @@
+"""`docker compose up` as a user runs it on a host without GPUs (compose.cpu.yaml), and the GPU file's shape.
+
+    make test PYTEST_ARGS="tests/image/test_compose.py"
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import uuid
+
+import pytest
+import requests
+
+from tests.support import REPO_ROOT
+from tests.support.containers import (LIVE_CONTAINERS, Container, docker, engine_memlock_limit, free_port,
+                              memlock_is_limited_here)
+from tests.support.ssh_client import generate_key, public_line, run, ssh_session
+
+CPU_FILES = ["-f", "compose.yaml", "-f", "compose.cpu.yaml"]
+
+
+def compose(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "compose", *args], cwd=REPO_ROOT, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def compose_config(*files: str, env: dict[str, str] | None = None, env_file: str | None = None) -> dict:
+    result = compose(*(["--env-file", env_file] if env_file else []), *files, "config", "--format", "json", env=env or {})
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_the_gpu_service_reserves_every_gpu_and_sets_the_limits_training_needs():
+    service = compose_config("-f", "compose.yaml")["services"]["dev"]
+    device = service["deploy"]["resources"]["reservations"]["devices"][0]
+    assert (device["driver"], device["count"], device["capabilities"]) == ("nvidia", -1, ["gpu"])
+    assert service["ulimits"]["memlock"] == -1 and service["ulimits"]["stack"] == 67108864
+    assert int(service["shm_size"]) >= 8 * 2**30
+    assert service["restart"] == "unless-stopped" and service["stop_grace_period"] == "30s"
+    assert [port["host_ip"] for port in service["ports"]] == ["127.0.0.1", "127.0.0.1"]
+    volumes = {volume["target"]: volume["type"] for volume in service["volumes"]}
+    assert volumes == {"/workspace": "bind", "/etc/ssh/host_keys": "volume", "/home/dev/.cache": "volume"}
+
+
+def test_the_cpu_override_drops_only_the_gpu_reservation():
+    service = compose_config(*CPU_FILES)["services"]["dev"]
+    assert "deploy" not in service
+    assert service["image"].endswith(":cpu-latest")
+    assert service["ulimits"]["memlock"] == -1
+
+
+def test_env_example_gives_compose_no_comment_as_a_value():
+    # compose reads `KEY=   # text` as the value "# text": a Jupyter "password hash" or a public token.
+    service = compose_config(*CPU_FILES, env_file=".env.example")["services"]["dev"]
+    values = {**service["environment"], **service["build"].get("args", {})}
+    assert values and not [name for name, value in values.items() if "#" in str(value)], values
+
+
+def test_env_example_documents_every_variable_compose_reads():
+    compose_text = (REPO_ROOT / "compose.yaml").read_text() + (REPO_ROOT / "compose.cpu.yaml").read_text()
+    used = set(re.findall(r"\$\{([A-Z_]+)", compose_text)) - {"COMPOSE_PROJECT_NAME"}
+    documented = set(re.findall(r"^(?:# )?([A-Z_]+)=", (REPO_ROOT / ".env.example").read_text(), flags=re.M))
+    assert used <= documented, f"not in .env.example: {sorted(used - documented)}"
+    assert compose("--env-file", ".env.example", *CPU_FILES, "config", "--quiet", env={}).returncode == 0
+
+
+@pytest.fixture
+def compose_project(image: str, tmp_path):
+    name, tag = image.rsplit(":", 1)
+    key = generate_key()
+    env = {
+        "COMPOSE_PROJECT_NAME": f"pt-test-{uuid.uuid4().hex[:8]}",
+        "IMAGE": name, "TAG": tag,
+        "JUPYTER_PORT": str(free_port()), "SSH_PORT": str(free_port()),
+        "WORKSPACE": str(tmp_path / "workspace"),
+        "SSH_AUTHORIZED_KEYS": public_line(key),
+        "JUPYTER_TOKEN": "compose-test-token-9f1c2b",
+        "SHM_SIZE": "1g",
+        "PUID": str(os.getuid() or 1000), "PGID": str(os.getgid() or 1000),
+    }
+    if memlock_is_limited_here():
+        env["MEMLOCK_LIMIT"] = str(engine_memlock_limit())
+    yield env, key
+    compose(*CPU_FILES, "down", "--volumes", "--timeout", "30", env=env)
+
+
+def test_compose_up_on_a_cpu_host_gives_jupyter_and_ssh(compose_project):
+    env, key = compose_project
+    up = compose(*CPU_FILES, "up", "--detach", "--no-build", "--wait", env=env)
+    container_id = compose(*CPU_FILES, "ps", "--quiet", "dev", env=env).stdout.strip()
+    assert container_id, up.stderr
+    container = Container(docker("inspect", "--format", "{{.Name}}", container_id).stdout.strip().lstrip("/"))
+    LIVE_CONTAINERS[container.name] = container
+    try:
+        # compose can exit 0 while the service failed to start: the container's state is the truth.
+        container.wait_until_healthy()
+        contents = requests.get(f"http://127.0.0.1:{env['JUPYTER_PORT']}/api/contents",
+                                params={"token": env["JUPYTER_TOKEN"]}, timeout=10)
+        assert contents.status_code == 200
+        with ssh_session(int(env["SSH_PORT"]), key=key) as client:
+            status, out, _ = run(client, "touch /workspace/from-ssh && nproc && command -v torchrun")
+        assert status == 0, out
+        made = os.stat(os.path.join(env["WORKSPACE"], "from-ssh"))
+        assert (made.st_uid, made.st_gid) == (int(env["PUID"]), int(env["PGID"]))
+    finally:
+        LIVE_CONTAINERS.pop(container.name, None)

@@ -1,0 +1,129 @@
+"""Start-up: user mapping, services on and off, commands, signals, warnings and bad input.
+
+    make test PYTEST_ARGS="tests/image/test_entrypoint.py"
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.support.containers import docker, memlock_is_limited_here, run_container_to_completion
+from tests.support.ssh_client import generate_key, public_line
+
+
+def error_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "ERROR" in line]
+
+
+def warning_lines(text: str) -> list[str]:
+    """WARNING lines, less the memlock one where this host's engine cannot grant unlimited memlock."""
+    lines = [line for line in text.splitlines() if "WARNING" in line]
+    if memlock_is_limited_here():
+        lines = [line for line in lines if "memlock is limited" not in line]
+    return lines
+
+
+def test_a_default_start_is_healthy_and_logs_no_warning_or_error(containers):
+    container = containers(options=["--env", f"SSH_AUTHORIZED_KEYS={public_line(generate_key())}"])
+    container.wait_until_healthy()
+    logs = container.logs()
+    assert "started: ssh jupyter" in logs
+    assert warning_lines(logs) == [] and error_lines(logs) == [], logs
+
+
+def test_a_file_made_in_the_workspace_belongs_to_puid_pgid(containers, tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    container = containers(command=["sleep", "infinity"],
+                           options=["--env", "PUID=4321", "--env", "PGID=4322", "--volume", f"{workspace}:/workspace"])
+    result = container.run("id -u; id -g; touch /workspace/made-inside && echo made")
+    assert result.stdout.split() == ["4321", "4322", "made"], result.stdout + result.stderr
+    made = workspace / "made-inside"
+    assert (made.stat().st_uid, made.stat().st_gid) == (4321, 4322)
+    assert container.run("stat -c %u:%g ~ ~/.cache").stdout.split() == ["4321:4322", "4321:4322"]
+
+
+def test_puid_taken_by_another_user_of_the_base_is_still_mapped(containers):
+    # uid 100 is Debian's sshd and gid 100 the group `users`: sharing them (usermod -o) must still
+    # resolve the ids to our user, so `docker exec -u dev` gets dev's HOME.
+    container = containers(command=["sleep", "infinity"], options=["--env", "PUID=100", "--env", "PGID=100"])
+    assert container.run("id -u; id -g; id -un; echo $HOME; stat -c %u ~").stdout.split() == \
+        ["100", "100", "dev", "/home/dev", "100"]
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("PUID", "abc", "PUID='abc' is not a numeric id"),
+    ("PGID", "1000x", "PGID='1000x' is not a numeric id"),
+    ("PUID", "0", "PUID=0 would give the container user root's id"),
+    ("ENABLE_SSH", "maybe", "ENABLE_SSH='maybe' is not a switch"),
+    ("ENABLE_JUPYTER", "2", "ENABLE_JUPYTER='2' is not a switch"),
+])
+def test_bad_input_stops_the_start_with_one_clear_line(image, variable, value, message):
+    result = run_container_to_completion(image, command=["true"], options=["--env", f"{variable}={value}"])
+    assert result.returncode == 2
+    errors = error_lines(result.stderr)
+    assert len(errors) == 1 and message in errors[0], result.stderr
+
+
+def test_a_command_runs_as_the_user_with_the_environment_and_its_exit_code(image):
+    result = run_container_to_completion(image, command=["bash", "-c", "id -un; echo $HOME; command -v torchrun; exit 7"],
+                                         options=["--shm-size=1g"])
+    assert result.returncode == 7
+    user, home, torchrun = result.stdout.split()
+    assert (user, home) == ("dev", "/home/dev") and torchrun.endswith("torchrun")
+
+
+def test_the_bases_ngc_start_up_scripts_still_run(image, flavor):
+    if flavor != "gpu":
+        pytest.skip("only NGC bases (the GPU flavor) have /opt/nvidia/entrypoint.d")
+    listing = run_container_to_completion(image, command=["bash", "-c", "ls /opt/nvidia/entrypoint.d/*.sh | wc -l"])
+    assert int(listing.stdout) > 0, "stdout belongs to the command alone"
+    # NGC's scripts print the NGC banner; our entrypoint replaced NGC's, so it must source them.
+    assert "PyTorch" in listing.stderr, listing.stderr
+
+
+def test_a_training_only_container_runs_no_service(containers):
+    container = containers(options=["--env", "ENABLE_SSH=0", "--env", "ENABLE_JUPYTER=0"])
+    container.wait_for_log("no service enabled")
+    processes = container.run("ps -eo comm=").stdout.split()
+    assert "sshd" not in processes and "jupyter-lab" not in processes
+    container.wait_until_healthy()
+
+
+def test_each_service_can_be_switched_off_alone(containers):
+    only_jupyter = containers(options=["--env", "ENABLE_SSH=0"])
+    only_jupyter.wait_until_healthy()
+    processes = only_jupyter.run("ps -eo comm=").stdout.split()
+    assert "sshd" not in processes and "jupyter-lab" in processes
+
+
+def test_any_uid_gets_a_passwd_entry_and_a_home(image):
+    result = run_container_to_completion(
+        image, options=["--user", "54321:54321", "--shm-size=1g"],
+        command=["python", "-c", "import getpass, os, pwd; p = pwd.getpwuid(os.getuid()); "
+                                 "print(getpass.getuser(), p.pw_dir, os.access(os.environ['HOME'], os.W_OK))"])
+    assert result.returncode == 0, result.stderr
+    user, home, writable = result.stdout.split()
+    # /home/dev belongs to uid 1000, so an unknown uid gets a writable home of its own.
+    assert (user, home, writable) == ("dev", "/tmp/home-54321", "True")
+
+
+def test_docker_stop_ends_the_services_in_time_with_exit_0(containers):
+    container = containers(options=["--env", "SSH_AUTHORIZED_KEYS="])
+    container.wait_until_healthy()
+    docker("stop", "--time", "30", container.name, timeout=60)
+    # A process that ignored SIGTERM would be killed at the end of the grace period: exit 137, not 0.
+    assert container.state()["ExitCode"] == 0, container.logs()
+    assert "stopped cleanly" in container.logs()
+
+
+def test_a_small_dev_shm_is_warned_about_with_the_fix(image):
+    result = run_container_to_completion(image, command=["true"], options=["--shm-size=64m"])
+    warnings = [line for line in result.stderr.splitlines() if "/dev/shm" in line]
+    assert len(warnings) == 1 and "--shm-size=16g or --ipc=host" in warnings[0], result.stderr
+
+
+@pytest.mark.skipif(not memlock_is_limited_here(), reason="this host grants unlimited memlock")
+def test_a_limited_memlock_is_warned_about_with_the_fix(image):
+    result = run_container_to_completion(image, command=["true"], options=["--shm-size=1g"])
+    warnings = [line for line in result.stderr.splitlines() if "memlock" in line]
+    assert len(warnings) == 1 and "--ulimit memlock=-1" in warnings[0], result.stderr

@@ -1,0 +1,110 @@
+"""JupyterLab is always behind authentication: a given token, a password hash, or a generated token.
+
+    make test PYTEST_ARGS="tests/image/test_jupyter.py"
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import requests
+
+from tests.support.containers import run_container_to_completion, start_container
+
+PUBLISH_JUPYTER = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0"]
+TOKEN = "test-token-4f9d2c7e81b35a06"
+
+
+def api_url(container) -> str:
+    return f"http://127.0.0.1:{container.published_port(8888)}/api"
+
+
+@pytest.fixture(scope="module")
+def jupyter_with_token(image):
+    container = start_container(image, options=[*PUBLISH_JUPYTER, "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    container.wait_until_healthy()
+    yield container
+    container.remove()
+
+
+def test_the_api_answers_with_the_token(jupyter_with_token):
+    response = requests.get(f"{api_url(jupyter_with_token)}/contents", params={"token": TOKEN}, timeout=10)
+    assert response.status_code == 200
+    assert response.json()["path"] == ""
+
+
+def test_the_api_refuses_without_the_token_or_with_a_wrong_one(jupyter_with_token):
+    url = f"{api_url(jupyter_with_token)}/contents"
+    assert requests.get(url, timeout=10).status_code == 403
+    assert requests.get(url, params={"token": "wrong"}, timeout=10).status_code == 403
+
+
+def test_the_lab_page_sends_a_browser_without_token_to_the_login_page(jupyter_with_token):
+    url = api_url(jupyter_with_token).removesuffix("/api") + "/lab"
+    response = requests.get(url, timeout=10, allow_redirects=False)
+    assert response.status_code == 302
+    assert "/login" in response.headers["Location"]
+
+
+def test_terminals_are_enabled_and_the_root_is_the_workspace(jupyter_with_token):
+    headers = {"Authorization": f"token {TOKEN}"}
+    terminal = requests.post(f"{api_url(jupyter_with_token)}/terminals", headers=headers, timeout=10)
+    assert terminal.status_code == 200, terminal.text
+    assert jupyter_with_token.run("touch /workspace/seen-by-jupyter.txt").rc == 0
+    listing = requests.get(f"{api_url(jupyter_with_token)}/contents", headers=headers, timeout=10).json()
+    assert "seen-by-jupyter.txt" in [item["name"] for item in listing["content"]]
+
+
+def test_the_token_is_not_repeated_in_jupyters_own_log_lines(jupyter_with_token):
+    logs = jupyter_with_token.logs()
+    assert TOKEN not in logs
+
+
+@pytest.mark.parametrize("token_env", [[], ["--env", "JUPYTER_TOKEN="]], ids=["unset", "empty"])
+def test_without_a_token_one_is_generated_printed_once_and_kept_in_a_file(containers, token_env):
+    container = containers(options=[*PUBLISH_JUPYTER, *token_env])
+    container.wait_until_healthy()
+    logs = container.logs()
+    tokens = re.findall(r"/\?token=([0-9a-f]{48})\b", logs)
+    assert len(tokens) == 1, logs
+    token = tokens[0]
+    assert container.run("cat ~/.jupyter/token").stdout.strip() == token
+    assert container.host().file("/home/dev/.jupyter/token").mode == 0o600
+    url = f"{api_url(container)}/contents"
+    assert requests.get(url, params={"token": token}, timeout=10).status_code == 200
+    assert requests.get(url, timeout=10).status_code == 403
+
+
+def test_a_password_hash_enables_password_login(containers):
+    password = "correct horse battery staple"
+    hasher = containers(command=["python", "-c", "import time; time.sleep(600)"], options=["--env", "ENABLE_SSH=0"])
+    hashed = hasher.run(f"python -c 'from jupyter_server.auth import passwd; print(passwd(\"{password}\"))'").stdout.strip()
+    container = containers(options=[*PUBLISH_JUPYTER, "--env", f"JUPYTER_PASSWORD_HASH={hashed}"])
+    container.wait_until_healthy()
+    base = api_url(container).removesuffix("/api")
+    session = requests.Session()
+    login_page = session.get(f"{base}/login", timeout=10)
+    xsrf = session.cookies.get("_xsrf")
+    assert login_page.status_code == 200 and xsrf
+    refused = session.post(f"{base}/login", data={"password": "wrong", "_xsrf": xsrf}, timeout=10,
+                           allow_redirects=False)
+    assert refused.status_code != 302
+    accepted = session.post(f"{base}/login", data={"password": password, "_xsrf": xsrf}, timeout=10,
+                            allow_redirects=False)
+    assert accepted.status_code == 302
+    assert session.get(f"{base}/api/contents", timeout=10).status_code == 200
+
+
+def test_a_malformed_password_hash_stops_the_start_with_one_clear_line(image):
+    result = run_container_to_completion(image, options=["--env", "ENABLE_SSH=0",
+                                                         "--env", "JUPYTER_PASSWORD_HASH=hunter2"])
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "JUPYTER_PASSWORD_HASH is not a Jupyter password hash" in errors[0], result.stderr
+
+
+def test_jupyter_started_by_hand_without_auth_refuses_to_run_open(containers):
+    container = containers(command=["sleep", "infinity"])
+    result = container.run("env -u JUPYTER_TOKEN -u JUPYTER_PASSWORD_HASH jupyter lab --port 8899", timeout=60)
+    assert result.rc != 0
+    assert "refuses to start without authentication" in result.stdout + result.stderr

@@ -1,0 +1,154 @@
+"""SSH into the container as a user would: key login, tmux and torchrun; everything else refused.
+
+    make test PYTEST_ARGS="tests/image/test_ssh.py"
+"""
+from __future__ import annotations
+
+import re
+
+import paramiko
+import pytest
+
+from tests.support.containers import docker, run_container_to_completion, start_container
+from tests.support.ssh_client import generate_key, host_key_fingerprint, public_line, run, ssh_session
+
+PUBLISH_SSH = ["--publish", "127.0.0.1::2222"]
+NO_JUPYTER = ["--env", "ENABLE_JUPYTER=0"]
+# Variables a training job is configured with; SSH sessions must see them.
+CONTAINER_ENV = ["--env", "NCCL_SOCKET_IFNAME=eth0", "--env", "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+                 "--env", "LD_LIBRARY_PATH=/opt/example/lib"]
+
+
+@pytest.fixture(scope="module")
+def user_key() -> paramiko.PKey:
+    return generate_key()
+
+
+@pytest.fixture(scope="module")
+def ssh_container(image, user_key):
+    container = start_container(image, options=[*PUBLISH_SSH, *NO_JUPYTER, *CONTAINER_ENV,
+                                                "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}"])
+    container.wait_until_healthy()
+    yield container
+    container.remove()
+
+
+@pytest.fixture(scope="module")
+def ssh_port(ssh_container) -> int:
+    return ssh_container.published_port(2222)
+
+
+def test_key_login_sees_the_container_environment(ssh_port, user_key):
+    with ssh_session(ssh_port, key=user_key) as client:
+        status, out, _ = run(client, "id -un; command -v torchrun; python -c 'import torch; print(torch.__version__)'; "
+                                     "echo $NCCL_SOCKET_IFNAME $CUDA_DEVICE_ORDER $LD_LIBRARY_PATH")
+    assert status == 0
+    user, torchrun, torch_version, *variables = out.split()
+    assert user == "dev"
+    assert torchrun.endswith("/torchrun")
+    assert torch_version
+    assert variables == ["eth0", "PCI_BUS_ID", "/opt/example/lib"]
+
+
+def test_an_interactive_login_shell_keeps_the_environment_and_shows_the_motd(ssh_port, user_key):
+    with ssh_session(ssh_port, key=user_key) as client:
+        channel = client.invoke_shell()
+        channel.settimeout(30)
+        channel.send(b"echo MARK $NCCL_SOCKET_IFNAME $(command -v torchrun); exit\n")
+        output = b""
+        while not channel.exit_status_ready() or channel.recv_ready():
+            chunk = channel.recv(65536)
+            if not chunk:
+                break
+            output += chunk
+    text = output.decode(errors="replace")
+    assert "doctor" in text, "the motd names the tools"
+    assert re.search(r"MARK eth0 \S+/torchrun", text), text
+
+
+def test_torchrun_in_tmux_started_over_ssh_keeps_running_after_logout(ssh_port, user_key):
+    command = ("tmux new-session -d -s train "
+               "'OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 /opt/scripts/train_ddp.py "
+               "--max-steps 3 --batch-size 4 --log-every 1 --ckpt-dir /tmp/tmux-ckpt "
+               "--metrics-file /tmp/tmux-metrics.jsonl > /tmp/tmux-train.log 2>&1; touch /tmp/tmux-done'")
+    with ssh_session(ssh_port, key=user_key) as client:
+        status, _, err = run(client, command)
+        assert status == 0, err
+        status, out, _ = run(client, "tmux list-sessions -F '#S'")
+        assert "train" in out.split()
+    # The session logged out; the run goes on inside tmux and finishes.
+    with ssh_session(ssh_port, key=user_key) as client:
+        status, out, _ = run(client, "for i in $(seq 120); do [ -e /tmp/tmux-done ] && break; sleep 1; done; "
+                                     "cat /tmp/tmux-train.log; wc -l < /tmp/tmux-metrics.jsonl", timeout=150)
+    assert status == 0
+    assert out.strip().splitlines()[-1] == "3", out
+
+
+def test_password_login_is_refused(ssh_port):
+    with pytest.raises(paramiko.AuthenticationException):
+        with ssh_session(ssh_port, password="dev"):
+            pass
+
+
+def test_root_login_is_refused_even_with_the_users_key(ssh_port, user_key):
+    with pytest.raises(paramiko.AuthenticationException):
+        with ssh_session(ssh_port, user="root", key=user_key):
+            pass
+
+
+def test_an_unknown_key_is_refused(ssh_port):
+    with pytest.raises(paramiko.AuthenticationException):
+        with ssh_session(ssh_port, key=generate_key()):
+            pass
+
+
+def test_only_publickey_authentication_is_offered(ssh_port):
+    transport = paramiko.Transport(("127.0.0.1", ssh_port))
+    try:
+        transport.start_client(timeout=20)
+        with pytest.raises(paramiko.BadAuthenticationType) as refused:
+            transport.auth_none("dev")
+        assert refused.value.allowed_types == ["publickey"]
+    finally:
+        transport.close()
+
+
+def test_two_containers_have_different_host_keys_and_one_keeps_its_key_across_a_restart(containers, user_key):
+    options = [*PUBLISH_SSH, *NO_JUPYTER, "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}"]
+    first, second = containers(options=options), containers(options=options)
+    first.wait_until_healthy()
+    second.wait_until_healthy()
+    first_key = host_key_fingerprint(first.published_port(2222))
+    assert first_key != host_key_fingerprint(second.published_port(2222))
+
+    docker("restart", "--time", "20", first.name)
+    first.wait_until_healthy()
+    assert host_key_fingerprint(first.published_port(2222)) == first_key
+
+
+def test_a_key_file_mounted_read_only_is_accepted(containers, tmp_path):
+    key = generate_key()
+    key_file = tmp_path / "authorized_keys"
+    key_file.write_text(public_line(key) + "\n")
+    key_file.chmod(0o644)
+    container = containers(options=[*PUBLISH_SSH, *NO_JUPYTER, "--volume", f"{key_file}:/run/keys/authorized_keys:ro",
+                                    "--env", "SSH_AUTHORIZED_KEYS_FILE=/run/keys/authorized_keys"])
+    container.wait_until_healthy()
+    with ssh_session(container.published_port(2222), key=key) as client:
+        assert run(client, "true")[0] == 0
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--env", "SSH_AUTHORIZED_KEYS=ssh-ed25519 not-base64 someone"],
+     "SSH_AUTHORIZED_KEYS line 1 is not an SSH public key"),
+    (["--env", "SSH_AUTHORIZED_KEYS=hello world"],
+     "SSH_AUTHORIZED_KEYS line 1 is not an SSH public key"),
+    (["--env", "SSH_AUTHORIZED_KEYS_FILE=/nonexistent/authorized_keys"],
+     "SSH_AUTHORIZED_KEYS_FILE=/nonexistent/authorized_keys cannot be read"),
+])
+def test_bad_key_input_stops_the_start_with_one_clear_line(image, options, message):
+    result = run_container_to_completion(image, options=[*NO_JUPYTER, *options])
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+

@@ -1,0 +1,137 @@
+"""Publishing through a real registry: `make push` to Debian's docker-registry on 127.0.0.1, pull the
+image back by tag, and run the image test suite (tests/image/test_image.py, tests/image/test_torchrun.py) on the
+pulled reference.
+
+    make test PYTEST_ARGS="tests/release/test_release_registry.py"
+
+Needs /usr/bin/docker-registry (`make ci-registry` installs it). Without it the test skips, except in CI
+(CI=true), where a missing registry is a failure. The image under test keeps its own tag throughout:
+only the registry-prefixed references are removed and pulled again, since other tests use it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.containers import docker, free_port
+from tests.support.host_tools import skip_where_missing
+from tests.support.release import REPO_ROOT, build_variables, make, split_image_ref
+from tests.support.waiting import wait_until
+
+REGISTRY_BINARY = "/usr/bin/docker-registry"
+SUITE_ON_PULLED_IMAGE = ["tests/image/test_image.py", "tests/image/test_torchrun.py"]
+PUSH_TIMEOUT_S = 900
+SUITE_TIMEOUT_S = 600
+
+
+def registry_api(address: str, path: str) -> dict:
+    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as response:
+        return json.loads(response.read() or b"{}")
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private docker-registry on a free 127.0.0.1 port (dockerd trusts 127.0.0.0/8 over plain HTTP)."""
+    if not os.access(REGISTRY_BINARY, os.X_OK):
+        message = f"{REGISTRY_BINARY} is missing: install it with `make ci-registry` (.ci/install-registry.sh)"
+        skip_where_missing(message)
+    root = tmp_path_factory.mktemp("registry")
+    address = f"127.0.0.1:{free_port()}"
+    config = root / "config.yml"
+    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
+                      f"http:\n  addr: {address}\n")
+    log = (root / "registry.log").open("w")
+    process = subprocess.Popen([REGISTRY_BINARY, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def answers() -> bool:
+            try:
+                registry_api(address, "/v2/")
+                return True
+            except OSError:
+                if process.poll() is not None:
+                    pytest.fail(f"docker-registry exited: {(root / 'registry.log').read_text()}")
+                return False
+        wait_until(answers, 30, interval=0.2,
+                   failure=lambda: f"docker-registry did not answer on {address}: {(root / 'registry.log').read_text()}")
+        yield address
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+        shutil.rmtree(root / "data", ignore_errors=True)
+
+
+def image_id(reference: str) -> str:
+    return docker("image", "inspect", "--format", "{{.Id}}", reference).stdout.strip()
+
+
+def test_push_pull_back_by_tag_and_the_pulled_image_passes_the_image_suite(registry, image, flavor):
+    tags = make("tags", image, flavor).stdout.split()
+    assert tags, "make tags printed no tag"
+    pushed = make("push", image, flavor, f"REGISTRY={registry}", timeout=PUSH_TIMEOUT_S)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+    repository = f"{registry}/{split_image_ref(image)[0]}"
+    references = pushed.stdout.split()
+    assert [ref.split("@")[0] for ref in references] == [f"{repository}:{tag}" for tag in tags], references
+    assert all("@sha256:" in ref for ref in references), references
+    assert sorted(registry_api(registry, f"/v2/{split_image_ref(image)[0]}/tags/list")["tags"]) == sorted(tags)
+
+    original_id = image_id(image)
+    pulled = f"{repository}:{tags[0]}"
+    docker("image", "rm", *[ref.split("@")[0] for ref in references])
+    assert docker("image", "inspect", pulled, check=False).returncode != 0, "the pushed tag is still here"
+    try:
+        docker("pull", pulled, timeout=PUSH_TIMEOUT_S)
+        assert image_id(pulled) == original_id, "the pulled image is not the one pushed"
+        suite = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITE_ON_PULLED_IMAGE],
+                               cwd=REPO_ROOT, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S, check=False,
+                               env=dict(os.environ, IMAGE_UNDER_TEST=pulled))
+        assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
+        assert " passed" in suite.stdout.splitlines()[-1], suite.stdout[-2000:]
+    finally:
+        docker("image", "rm", pulled, check=False)
+
+
+def test_pushed_digest_pulls_the_same_image(registry, image, flavor):
+    """Pulling by the digest `make push` printed gives the same image (the reference CI logs record)."""
+    pushed = make("push", image, flavor, f"REGISTRY={registry}", timeout=PUSH_TIMEOUT_S)
+    assert pushed.returncode == 0, pushed.stderr
+    tagged, digest = pushed.stdout.split()[0].split("@")
+    digest_ref = f"{tagged.rsplit(':', 1)[0]}@{digest}"
+    try:
+        docker("image", "rm", *[ref.split("@")[0] for ref in pushed.stdout.split()])
+        docker("pull", digest_ref, timeout=PUSH_TIMEOUT_S)
+        assert image_id(digest_ref) == image_id(image)
+    finally:
+        docker("image", "rm", digest_ref, check=False)
+
+
+def test_a_release_build_pins_its_base_by_digest(registry, image, flavor):
+    """RELEASE=1 builds FROM base@digest (resolved through the registry) and records the digest in a label;
+    a digest the registry does not hold fails the build."""
+    if flavor != "cpu":
+        pytest.skip("the registry here can hold only the CPU flavor's base; the GPU base is NGC's")
+    base = f"{registry}/debian:bookworm-slim"
+    docker("tag", "debian:bookworm-slim", base)
+    docker("push", base, timeout=PUSH_TIMEOUT_S)  # gives the local base its registry digest
+    release_image = f"pt-release-digest-test:{os.getpid()}"
+    try:
+        built = make("build", release_image, "cpu", "RELEASE=1", f"CPU_BASE_IMAGE={base}", *build_variables())
+        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+        digest = docker("image", "inspect", "--format", "{{index .RepoDigests 0}}", base).stdout.strip().split("@")[1]
+        labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", release_image).stdout)
+        assert labels["dev.pytorch-dev.base-digest"] == digest
+
+        wrong = make("build", release_image, "cpu", "RELEASE=1", f"CPU_BASE_IMAGE={base}",
+                     f"BASE_DIGEST=sha256:{'0' * 64}", *build_variables())
+        assert wrong.returncode != 0 and "sha256:" + "0" * 64 in wrong.stdout + wrong.stderr
+    finally:
+        docker("image", "rm", release_image, base, check=False)

@@ -1,0 +1,16 @@
+"""The unit tier: pure functions of scripts/ and tools/, imported straight from the checkout.
+
+    make test-unit          # seconds; no Docker engine, no image (the test venv gets a CPU torch)
+
+scripts/ and tools/release/ are folders of scripts, not packages: their folders go on sys.path, as
+they are when the scripts run.
+"""
+from __future__ import annotations
+
+import sys
+
+from tests.support import REPO_ROOT
+
+for folder in (REPO_ROOT / "scripts", REPO_ROOT / "scripts" / "multinode", REPO_ROOT / "tools" / "release"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))

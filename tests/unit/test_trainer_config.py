@@ -1,0 +1,35 @@
+"""The trainer's learning-rate schedule and flag checks, called directly (no process group)."""
+from __future__ import annotations
+
+import pytest
+
+import train_ddp
+from trainer.config import parse_config
+
+
+def test_the_learning_rate_warms_up_linearly_then_decays_to_a_tenth():
+    schedule = [train_ddp.warmup_then_cosine(step, warmup_steps=4, max_steps=20) for step in range(21)]
+    assert schedule[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert all(later <= earlier for earlier, later in zip(schedule[3:], schedule[4:]))
+    assert schedule[-1] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--max-steps", "0"], "a positive integer"),
+    (["--lr", "nan"], "a number > 0"),
+    (["--synthetic-samples", "3", "--batch-size", "4"], "smaller than one batch"),
+    (["--backend", "nccl", "--device", "cpu"], "--backend nccl needs a GPU"),
+])
+def test_a_bad_flag_ends_in_one_line_that_names_it(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as stopped:
+        parse_config([*argv, "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    assert stopped.value.code == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and message in errors[0], errors
+
+
+def test_a_checkpoint_folder_under_a_file_is_rejected_before_training(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SystemExit):
+        parse_config(["--ckpt-dir", str(tmp_path / "a-file" / "ckpt")], world_size=1)
+    assert "is not a directory" in capsys.readouterr().err

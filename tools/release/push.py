@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Push a built image under every release tag to a registry; print each reference it pushed.
+
+    python3 tools/release/push.py REGISTRY IMAGE      # or: make push REGISTRY=host:port FLAVOR=cpu
+
+REGISTRY is a host[:port] with an optional namespace (127.0.0.1:5000, ghcr.io/my-team). Each tag of
+`tags.py` becomes REGISTRY/<image name>:<tag>; the output is one `reference@digest` a line, so a CI log
+records exactly what was published. Log in first (`docker login HOST`) where the registry asks for it.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tags import ReleaseError, compute_tags, read_labels, run_command
+
+PUSH_TIMEOUT_S = 1800
+DIGEST_LINE = re.compile(r"digest: (sha256:[0-9a-f]{64})")
+
+
+def _repository_name(image: str) -> str:
+    """pytorch-dev for pytorch-dev:cpu-latest; team/pytorch-dev for localhost:5000/team/pytorch-dev:x."""
+    name = image.split("@", 1)[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    first, _, rest = name.partition("/")
+    # A first component with a dot or a port, or "localhost", is a registry host: drop it.
+    return rest if rest and ("." in first or ":" in first or first == "localhost") else name
+
+
+def _docker(*args: str, timeout: float = 120) -> str:
+    result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise ReleaseError(f"`docker {' '.join(args)}` failed: {(result.stderr or result.stdout).strip()}")
+    return result.stdout
+
+
+def push(registry: str, image: str) -> list[str]:
+    """Tags IMAGE as REGISTRY/<name>:<tag> for every release tag, pushes each; returns ref@digest lines."""
+    registry = registry.strip().rstrip("/")
+    if not registry:
+        raise ReleaseError("REGISTRY is not set: name where to push, e.g. `make push REGISTRY=127.0.0.1:5000` "
+                           "or `make push REGISTRY=ghcr.io/my-team`")
+    if "://" in registry:
+        raise ReleaseError(f"REGISTRY={registry} has a scheme: give host[:port][/namespace] without http(s)://")
+    repository = f"{registry}/{_repository_name(image)}"
+    pushed = []
+    for tag in compute_tags(read_labels(image)):
+        reference = f"{repository}:{tag}"
+        _docker("tag", image, reference)
+        output = _docker("push", reference, timeout=PUSH_TIMEOUT_S)
+        digest = DIGEST_LINE.search(output)
+        pushed.append(f"{reference}@{digest.group(1)}" if digest else reference)
+        print(pushed[-1], flush=True)
+    return pushed
+
+
+def main(argv: list[str]) -> int:
+    return run_command(argv, "push.py REGISTRY IMAGE   (REGISTRY: host[:port][/namespace])", push)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
