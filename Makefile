@@ -103,10 +103,17 @@ ngc-standin: .wheelhouse ## Build the NGC stand-in (tests/ngc_standin) and tag i
 .PHONY: up
 up: ## Start the container with docker compose (GPU reservation only where the host has NVIDIA GPUs)
 	@if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia || command -v nvidia-smi >/dev/null; then \
-	  echo "NVIDIA runtime found: starting with all GPUs"; docker compose up --detach; \
+	  echo "NVIDIA runtime found: starting with all GPUs"; compose=(docker compose); \
 	else \
-	  echo "no NVIDIA runtime: starting the CPU flavor (compose.cpu.yaml)"; $(COMPOSE_ANY_HOST) up --detach; \
-	fi
+	  echo "no NVIDIA runtime: starting the CPU flavor (compose.cpu.yaml)"; compose=($(COMPOSE_ANY_HOST)); \
+	fi; \
+	if ! output=$$("$${compose[@]}" up --detach 2>&1); then \
+	  if grep -q "error setting rlimits" <<<"$$output"; then \
+	    echo "this Docker engine cannot grant unlimited locked memory (rootless or restricted): set MEMLOCK_LIMIT in .env to its limit in bytes (ulimit -l, times 1024), or raise the engine's LimitMEMLOCK" >&2; \
+	  else echo "$$output" >&2; fi; \
+	  exit 1; \
+	fi; \
+	echo "$$output"
 
 .PHONY: down
 down: ## Stop and remove the container (volumes with host keys and caches are kept)

@@ -9,7 +9,7 @@
 set -euo pipefail
 # shellcheck source=docker/rootfs/usr/local/lib/container/log.sh
 source /usr/local/lib/container/log.sh
-for step_library in /usr/local/lib/container/start/*.sh; do
+for step_library in /usr/local/lib/container/start/*.sh /usr/local/lib/container/stop.sh; do
   # shellcheck source=/dev/null
   source "$step_library"
 done
@@ -74,14 +74,16 @@ report_hook_that_ended_start_up() {
     "$hook" "$status" "$USER_HOOKS_DIR" >&2
 }
 
+# Each service gets a session of its own (setsid), so `docker stop`'s SIGTERM, which tini passes to this
+# shell's process group, reaches the entrypoint alone, and it stops the services last (stop.sh).
 start_services() {
   local started=()
   if ((ENABLE_SSH)); then
-    /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config -p "$SSH_CONTAINER_PORT" &
+    setsid /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config -p "$SSH_CONTAINER_PORT" &
     started+=(ssh)
   fi
   if ((ENABLE_JUPYTER)); then
-    (cd /workspace && exec "${AS_USER[@]}" jupyter lab) &
+    (cd /workspace && exec setsid "${AS_USER[@]}" jupyter lab) &
     started+=(jupyter)
   fi
   # The healthcheck reads which services to probe from here.
@@ -93,14 +95,14 @@ start_services() {
   log_info "started: ${started[*]:-nothing}"
 }
 
-# SIGTERM (docker stop) reaches every process of the group through tini -g; wait for them to finish.
+# Runs until SIGTERM (docker stop) or SIGINT, then stops the user's work first and the services last.
 wait_for_services() {
   local stopping=0 status=0 pids
   trap 'stopping=1' TERM INT
   wait -n || status=$?
   if ((stopping)); then
-    wait || true
-    log_info "stopped cleanly"
+    trap '' TERM INT   # a second docker stop must not cut the orderly stop short
+    stop_user_work_then_services
     exit 0
   fi
   log_warn "a service exited on its own (status $status); stopping the others so the restart policy can act"
@@ -115,12 +117,14 @@ rm -f "$RUN_DIR/started" "$RUN_DIR/services"
 run_core_steps
 run_user_hooks
 if ((ENABLE_SSH)); then write_session_env; fi
-# Start-up is done: from here on `docker exec` sees the final user, ids and files (tests wait for it).
-touch "$RUN_DIR/started"
+# Start-up is done: from here on `docker exec` sees the final user, ids and files (tests wait for the
+# marker; the healthcheck reports nothing healthy before it).
 if [[ $CONTAINER_MODE == command ]]; then
+  touch "$RUN_DIR/started"
   # Root keeps root only by asking for it (docker exec --user root), never because a step went missing.
   ((EUID != 0 || ${#AS_USER[@]})) || fatal "internal: the container user was not set up; the command did not run"
   exec "${AS_USER[@]}" "$@"
 fi
 start_services
+touch "$RUN_DIR/started"
 wait_for_services

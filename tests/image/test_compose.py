@@ -14,8 +14,7 @@ import pytest
 import requests
 
 from tests.support import REPO_ROOT
-from tests.support.containers import (LIVE_CONTAINERS, Container, docker, engine_memlock_limit, free_port,
-                              memlock_is_limited_here)
+from tests.support.containers import LIVE_CONTAINERS, Container, docker, free_port
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 
 CPU_FILES = ["-f", "compose.yaml", "-f", "compose.cpu.yaml"]
@@ -36,7 +35,7 @@ def test_the_gpu_service_reserves_every_gpu_and_sets_the_limits_training_needs()
     service = compose_config("-f", "compose.yaml")["services"]["dev"]
     device = service["deploy"]["resources"]["reservations"]["devices"][0]
     assert (device["driver"], device["count"], device["capabilities"]) == ("nvidia", -1, ["gpu"])
-    assert service["ulimits"]["memlock"] == -1 and service["ulimits"]["stack"] == 67108864
+    assert service["ulimits"]["memlock"] == -1 and service["ulimits"]["stack"] == 64 * 2**20  # NVIDIA's advice
     assert int(service["shm_size"]) >= 8 * 2**30
     assert service["restart"] == "unless-stopped" and service["stop_grace_period"] == "30s"
     assert [port["host_ip"] for port in service["ports"]] == ["127.0.0.1", "127.0.0.1"]
@@ -44,11 +43,12 @@ def test_the_gpu_service_reserves_every_gpu_and_sets_the_limits_training_needs()
     assert volumes == {"/workspace": "bind", "/etc/ssh/host_keys": "volume", "/home/dev/.cache": "volume"}
 
 
-def test_the_cpu_override_drops_only_the_gpu_reservation():
+def test_the_cpu_override_drops_the_gpu_reservation_and_the_unlimited_memlock():
     service = compose_config(*CPU_FILES)["services"]["dev"]
     assert "deploy" not in service
     assert service["image"].endswith(":cpu-latest")
-    assert service["ulimits"]["memlock"] == -1
+    # Without RDMA memlock buys nothing, and engines that cannot grant it (rootless, this CI's) refuse to start.
+    assert "memlock" not in service["ulimits"] and service["ulimits"]["stack"] == 64 * 2**20
 
 
 def test_env_example_gives_compose_no_comment_as_a_value():
@@ -80,8 +80,6 @@ def compose_project(image: str, tmp_path):
         "SHM_SIZE": "1g",
         "PUID": str(os.getuid() or 1000), "PGID": str(os.getgid() or 1000),
     }
-    if memlock_is_limited_here():
-        env["MEMLOCK_LIMIT"] = str(engine_memlock_limit())
     yield env, key
     compose(*CPU_FILES, "down", "--volumes", "--timeout", "30", env=env)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.containers import docker, memlock_is_limited_here, run_container_to_completion
+from tests.support.containers import docker, run_container_to_completion
 from tests.support.ssh_client import generate_key, public_line
 
 
@@ -15,11 +15,7 @@ def error_lines(text: str) -> list[str]:
 
 
 def warning_lines(text: str) -> list[str]:
-    """WARNING lines, less the memlock one where this host's engine cannot grant unlimited memlock."""
-    lines = [line for line in text.splitlines() if "WARNING" in line]
-    if memlock_is_limited_here():
-        lines = [line for line in lines if "memlock is limited" not in line]
-    return lines
+    return [line for line in text.splitlines() if "WARNING" in line]
 
 
 def test_a_default_start_is_healthy_and_logs_no_warning_or_error(containers):
@@ -54,6 +50,9 @@ def test_puid_taken_by_another_user_of_the_base_is_still_mapped(containers):
     ("PUID", "abc", "PUID='abc' is not a numeric id"),
     ("PGID", "1000x", "PGID='1000x' is not a numeric id"),
     ("PUID", "0", "PUID=0 would give the container user root's id"),
+    ("PUID", "99999999999", "PUID='99999999999' is not an id from 1 to 2147483647"),
+    ("PUID", "08", "PUID='08' is not an id from 1 to 2147483647 without leading zeros"),
+    ("PGID", "-5", "PGID='-5' is not a numeric id"),
     ("ENABLE_SSH", "maybe", "ENABLE_SSH='maybe' is not a switch"),
     ("ENABLE_JUPYTER", "2", "ENABLE_JUPYTER='2' is not a switch"),
 ])
@@ -62,6 +61,15 @@ def test_bad_input_stops_the_start_with_one_clear_line(image, variable, value, m
     assert result.returncode == 2
     errors = error_lines(result.stderr)
     assert len(errors) == 1 and message in errors[0], result.stderr
+
+
+@pytest.mark.parametrize("variable, value, owner", [("PGID", "42", "group 'shadow'"), ("PGID", "27", "group 'sudo'"),
+                                                    ("PUID", "100", "user '")])
+def test_an_id_of_the_images_own_accounts_is_accepted_with_a_warning(image, variable, value, owner):
+    result = run_container_to_completion(image, command=["id"], options=["--shm-size=1g", "--env", f"{variable}={value}"])
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if f"{variable}={value} is the image's own" in line]
+    assert len(warnings) == 1 and owner in warnings[0], result.stderr
 
 
 def test_a_command_runs_as_the_user_with_the_environment_and_its_exit_code(image):
@@ -122,8 +130,11 @@ def test_a_small_dev_shm_is_warned_about_with_the_fix(image):
     assert len(warnings) == 1 and "--shm-size=16g or --ipc=host" in warnings[0], result.stderr
 
 
-@pytest.mark.skipif(not memlock_is_limited_here(), reason="this host grants unlimited memlock")
-def test_a_limited_memlock_is_warned_about_with_the_fix(image):
-    result = run_container_to_completion(image, command=["true"], options=["--shm-size=1g"])
-    warnings = [line for line in result.stderr.splitlines() if "memlock" in line]
-    assert len(warnings) == 1 and "--ulimit memlock=-1" in warnings[0], result.stderr
+def test_a_limited_memlock_is_warned_about_only_where_rdma_devices_are(image):
+    limited = ["--shm-size=1g", "--ulimit", "memlock=65536:65536"]
+    # /dev/infiniband is where RDMA devices appear; an empty folder there is enough for the start-up check.
+    with_rdma = run_container_to_completion(image, command=["true"], options=[*limited, "--tmpfs", "/dev/infiniband"])
+    warnings = [line for line in with_rdma.stderr.splitlines() if "memlock" in line]
+    assert len(warnings) == 1 and "--ulimit memlock=-1" in warnings[0], with_rdma.stderr
+    without_rdma = run_container_to_completion(image, command=["true"], options=limited)
+    assert "memlock" not in without_rdma.stderr, without_rdma.stderr

@@ -13,8 +13,11 @@ warn_if_shm_is_small() {
   fi
 }
 
+# Only RDMA (InfiniBand, RoCE) makes NCCL pin memory against this limit, so only hosts that give the
+# container RDMA devices hear about it.
 warn_if_memlock_is_limited() {
   local memlock
+  [[ -d /dev/infiniband ]] || return 0
   memlock=$(ulimit -l)
   if [[ $memlock != unlimited ]]; then
     log_warn "memlock is limited to $memlock KB: NCCL over InfiniBand/RoCE cannot pin its buffers; restart" \

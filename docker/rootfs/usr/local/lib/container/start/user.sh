@@ -4,11 +4,31 @@
 # Started with `docker run --user UID:GID`: that uid gets a passwd entry and a HOME through nss_wrapper,
 # because tools such as torch.compile (getpass) and ssh-keygen fail for a uid the system does not know.
 
+readonly MAX_ID=2147483647       # the largest id every tool (usermod, tar, NFS) handles
+readonly FIRST_REGULAR_ID=1000  # ids below are the system's own accounts and groups
+
+# PUID/PGID: a plain decimal number from 1 to MAX_ID (no sign, no leading zero: bash would read 08 as
+# octal, and usermod rejects what does not fit).
 validate_numeric_id() {
   local name=$1 value=${!1:-} hint=$2
   [[ -z $value ]] && return 0
   [[ $value =~ ^[0-9]+$ ]] || fatal "$name='$value' is not a numeric id; set it to the output of \`$hint\` on the host"
-  ((value != 0)) || fatal "$name=0 would give the container user root's id; set it to a non-root id (\`$hint\` on the host)"
+  [[ $value != 0 ]] || fatal "$name=0 would give the container user root's id; set it to a non-root id (\`$hint\` on the host)"
+  if [[ ! $value =~ ^[1-9][0-9]{0,9}$ ]] || ((value > MAX_ID)); then
+    fatal "$name='$value' is not an id from 1 to $MAX_ID without leading zeros; set it to the output of \`$hint\` on the host"
+  fi
+}
+
+# An id below FIRST_REGULAR_ID that names an account or group of the image hands the container user its
+# rights (group shadow reads /etc/shadow, group sudo may administer): allowed, since the host may really
+# use it, but said.
+warn_if_system_id() {
+  local name=$1 database=$2 value=${!1:-} owner
+  [[ -n $value ]] && ((value < FIRST_REGULAR_ID)) || return 0
+  owner=$(getent "$database" "$value" | cut -d: -f1)
+  [[ -n $owner && $owner != "$CONTAINER_USER" ]] || return 0
+  log_warn "$name=$value is the image's own $( [[ $database == passwd ]] && echo user || echo group ) '$owner':" \
+           "the container user shares its rights; use your own id on the host (id -u / id -g) unless you mean it"
 }
 
 # When PUID/PGID also belong to an account of the base (Debian's sshd is 100), lookups by id must
@@ -38,7 +58,8 @@ remap_user_ids() {
     list_user_first_for_its_ids
     log_info "container user $CONTAINER_USER now has uid:gid $(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")"
     # The home, and the cache volume mounted in it, still carry the old ids.
-    chown -R "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")" "/home/$CONTAINER_USER"
+    # -h with -R's default -P: links are re-owned themselves, never followed to what they point at.
+    chown -R -h "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")" "/home/$CONTAINER_USER"
   fi
   chown "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")" /workspace 2>/dev/null || true
 }
@@ -66,6 +87,8 @@ set_up_container_user() {
   validate_numeric_id PUID "id -u"
   validate_numeric_id PGID "id -g"
   if ((EUID == 0)); then
+    warn_if_system_id PUID passwd
+    warn_if_system_id PGID group
     remap_user_ids
   else
     [[ -z ${PUID:-}${PGID:-} ]] ||

@@ -1,0 +1,91 @@
+"""`docker stop` saves the training a user started, however it was started: over SSH in tmux, with
+`docker exec -d`, or from a notebook's kernel. Each runs in a session of its own, which tini's signal
+never reached: the entrypoint signals them first and stops the services last.
+
+    make test-image PYTEST_ARGS="tests/image/test_stop.py"
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+import requests
+
+from tests.support.containers import docker
+from tests.support.ssh_client import generate_key, public_line, run, ssh_session
+from tests.support.training import TINY_RUN
+from tests.support.waiting import wait_until
+
+GRACE_PERIOD_S = 30  # compose's stop_grace_period
+TOKEN = "stop-test-token-0a9b8c7d6e5f"
+# Long enough that only a stop ends it, saving only on request (--save-every 0).
+ENDLESS_RUN = f"{TINY_RUN} --max-steps 100000 --save-every 0 --num-workers 1"
+
+
+def trainer_command(name: str, nproc: int) -> str:
+    return (f"OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node={nproc} /opt/scripts/train_ddp.py "
+            f"{ENDLESS_RUN} --ckpt-dir /tmp/{name}-ckpt --metrics-file /tmp/{name}.jsonl > /tmp/{name}.log 2>&1")
+
+
+def start_from_a_notebook_kernel(container, base_url: str) -> None:
+    """A kernel started through JupyterLab's API runs Popen(torchrun ...), as a notebook cell does."""
+    headers = {"Authorization": f"token {TOKEN}"}
+    kernel = requests.post(f"{base_url}/api/kernels", headers=headers, json={"name": "python3"}, timeout=60).json()
+    cell = f"import subprocess; subprocess.Popen({trainer_command('notebook', 1)!r}, shell=True)"
+    client = f"""
+from jupyter_client import BlockingKernelClient
+from jupyter_client.connect import find_connection_file
+client = BlockingKernelClient(connection_file=find_connection_file("kernel-{kernel['id']}.json"))
+client.load_connection_file()
+client.start_channels()
+reply = client.execute_interactive({cell!r}, timeout=60)
+assert reply["content"]["status"] == "ok", reply
+"""
+    result = container.run(f"python -c {shlex.quote(client)}", timeout=90)
+    assert result.rc == 0, result.stdout + result.stderr
+
+
+def test_docker_stop_saves_training_started_over_ssh_in_tmux_with_exec_and_from_a_notebook(containers, tmp_path):
+    key = generate_key()
+    container = containers(options=["--publish", "127.0.0.1::2222", "--publish", "127.0.0.1::8888",
+                                    "--env", f"SSH_AUTHORIZED_KEYS={public_line(key)}",
+                                    "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    container.wait_until_healthy()
+    with ssh_session(container.published_port(2222), key=key) as client:
+        status, _, err = run(client, f"tmux new-session -d -s train {json.dumps(trainer_command('tmux', 2))}")
+        assert status == 0, err
+    docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c", trainer_command("exec", 1))
+    start_from_a_notebook_kernel(container, f"http://127.0.0.1:{container.published_port(8888)}")
+    for name in ("tmux", "exec", "notebook"):
+        wait_until(lambda: container.run(f"grep -q '\"step\": 2,' /tmp/{name}.jsonl").rc == 0, 240,
+                   failure=lambda: f"{name} never trained:\n" + container.run(f"cat /tmp/{name}.log").stdout)
+
+    started = time.monotonic()
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    took = time.monotonic() - started
+
+    state = container.state()
+    assert state["ExitCode"] == 0 and took < GRACE_PERIOD_S, (took, container.logs())
+    for name in ("tmux", "exec", "notebook"):
+        docker("cp", f"{container.name}:/tmp/{name}.log", str(tmp_path / f"{name}.log"))
+        log = (tmp_path / f"{name}.log").read_text()
+        assert "stopped by SIGTERM at step" in log, f"{name}:\n{log}"
+        copied = docker("cp", f"{container.name}:/tmp/{name}-ckpt", str(tmp_path / name), check=False)
+        saved = sorted(path.name for path in (tmp_path / name).glob("*.pt")) if copied.returncode == 0 else []
+        assert saved, f"{name} saved no checkpoint:\n{log}"
+    assert "your processes have exited" in container.logs() and "stopped cleanly" in container.logs()
+
+
+def test_a_process_that_ignores_sigterm_does_not_hold_the_services_past_the_timeout(containers):
+    container = containers(options=["--env", "ENABLE_JUPYTER=0", "--env", "STOP_TIMEOUT=3"])
+    container.wait_until_healthy()
+    docker("exec", "--detach", container.name, "python3", "-c",
+           "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)")
+    wait_until(lambda: "time.sleep(600)" in container.run("ps -eo args", user=None).stdout, 30)
+    started = time.monotonic()
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    assert time.monotonic() - started < GRACE_PERIOD_S / 2
+    assert container.state()["ExitCode"] == 0
+    warnings = [line for line in container.logs().splitlines() if "still running after 3 s" in line]
+    assert len(warnings) == 1 and "python3 -c import signal" in warnings[0], container.logs()
