@@ -8,7 +8,7 @@ set -euo pipefail
 python_dir=$1 flavor=$2
 # shellcheck source-path=SCRIPTDIR source=pip-trust-ca.sh
 source "$(dirname "$0")/pip-trust-ca.sh"
-torch_version() { python -c 'import torch; print(torch.__version__)'; }
+torch_version() { python3 -c 'import torch; print(torch.__version__)'; }
 torch_before=$(torch_version)
 lock=$python_dir/requirements-$flavor.lock
 if [[ -f $lock ]]; then

@@ -16,4 +16,4 @@ else
   echo "the wheelhouse has no $requirement; installing it from $index_url"
   pip install --index-url "$index_url" --extra-index-url "${PIP_INDEX_URL:-https://pypi.org/simple}" "$requirement"
 fi
-python -c 'import torch; print("torch", torch.__version__)'
+python3 -c 'import torch; print("torch", torch.__version__)'

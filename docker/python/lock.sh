@@ -20,7 +20,7 @@ fi
 SSL_CERT_FILE=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt} UV_CACHE_DIR=$tools/cache \
   "$tools/bin/uv" pip compile "$here/requirements.txt" \
   --constraint "$constraints" \
-  --python "$(command -v python)" \
+  --python "$(command -v python3)" \
   --index-url "${PIP_INDEX_URL:-https://pypi.org/simple}" \
   --generate-hashes \
   --custom-compile-command "make lock FLAVOR=$flavor" \

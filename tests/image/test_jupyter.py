@@ -9,7 +9,7 @@ import re
 import pytest
 import requests
 
-from tests.support.containers import run_container_to_completion, start_container
+from tests.support.containers import docker, run_container_to_completion, start_container
 
 PUBLISH_JUPYTER = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0"]
 TOKEN = "test-token-4f9d2c7e81b35a06"
@@ -108,3 +108,51 @@ def test_jupyter_started_by_hand_without_auth_refuses_to_run_open(containers):
     result = container.run("env -u JUPYTER_TOKEN -u JUPYTER_PASSWORD_HASH jupyter lab --port 8899", timeout=60)
     assert result.rc != 0
     assert "refuses to start without authentication" in result.stdout + result.stderr
+
+
+def make_password_hash(image: str, password: str) -> str:
+    result = run_container_to_completion(image, command=[
+        "python", "-c", f"from jupyter_server.auth import passwd; print(passwd({password!r}))"], options=["--shm-size=1g"])
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("JUPYTER_PASSWORD_HASH", "<empty password>", "is the hash of an empty password, which lets anyone in"),
+    ("JUPYTER_PASSWORD_HASH", "argon2:$argon2id$v=19$m=10240,t=10,p=8$abc$def", "cannot be checked"),
+    ("JUPYTER_PASSWORD_HASH", "sha1:salt:not-hex", "cannot be checked"),
+    ("JUPYTER_TOKEN", "short-token", "JUPYTER_TOKEN has 11 characters, too few to be secret"),
+    ("JUPYTER_TOKEN", "   ", "JUPYTER_TOKEN is only whitespace"),
+])
+def test_authentication_that_is_open_or_unusable_stops_the_start_with_one_line(image, variable, value, message):
+    if value == "<empty password>":
+        value = make_password_hash(image, "")
+    result = run_container_to_completion(image, options=["--env", "ENABLE_SSH=0", "--env", f"{variable}={value}"])
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+
+
+def test_a_generated_token_survives_a_restart(containers):
+    container = containers(options=PUBLISH_JUPYTER)
+    container.wait_until_healthy()
+    first = re.findall(r"/\?token=([0-9a-f]{48})\b", container.logs())
+    docker("restart", "--time", "20", container.name)
+    container.wait_until_healthy()
+    tokens = re.findall(r"/\?token=([0-9a-f]{48})\b", container.logs())
+    assert len(first) == 1 and tokens == first * 2, container.logs()
+    assert requests.get(f"{api_url(container)}/contents", params={"token": first[0]}, timeout=10).status_code == 200
+
+
+def test_a_link_planted_at_the_token_file_never_makes_root_write_through_it(containers):
+    container = containers(options=PUBLISH_JUPYTER)
+    container.wait_until_healthy()
+    passwd_before = container.run("sha256sum /etc/passwd").stdout
+    # The user replaces the token file with a link to a file of root's, and the next start writes a token.
+    assert container.run("rm ~/.jupyter/token && ln -s /etc/passwd ~/.jupyter/token").rc == 0
+    docker("restart", "--time", "20", container.name)
+    container.wait_until_healthy()
+    assert container.run("sha256sum /etc/passwd").stdout == passwd_before
+    assert container.run("getent passwd dev").rc == 0
+    token = re.findall(r"/\?token=([0-9a-f]{48})\b", container.logs())[-1]
+    assert requests.get(f"{api_url(container)}/contents", params={"token": token}, timeout=10).status_code == 200

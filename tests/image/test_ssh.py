@@ -4,7 +4,11 @@
 """
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+import time
 
 import paramiko
 import pytest
@@ -152,3 +156,66 @@ def test_bad_key_input_stops_the_start_with_one_clear_line(image, options, messa
     errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and message in errors[0], result.stderr
 
+
+
+def dsa_public_line() -> str:
+    """A DSA public key: valid, yet refused by OpenSSH 9's sshd at every login."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import dsa
+
+    public = dsa.generate_private_key(key_size=1024).public_key()
+    return public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+
+
+@pytest.mark.filterwarnings("ignore:SSH DSA key support is deprecated")
+def test_a_key_of_a_type_sshd_refuses_stops_the_start_with_one_line(image):
+    result = run_container_to_completion(image, options=[*NO_JUPYTER, "--env", f"SSH_AUTHORIZED_KEYS={dsa_public_line()}"])
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "is a 1024-bit DSA key, which sshd refuses" in errors[0], result.stderr
+
+
+def test_a_read_only_host_key_volume_without_keys_stops_the_start_with_one_line(image, tmp_path):
+    result = run_container_to_completion(image, options=[*NO_JUPYTER, "--volume", f"{tmp_path}:/etc/ssh/host_keys:ro"])
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "cannot write the SSH host keys into /etc/ssh/host_keys" in errors[0], result.stderr
+
+
+def test_ssh_audit_finds_no_failure(ssh_port):
+    # ssh-audit's verdict on the algorithms sshd offers, recorded: before the KexAlgorithms/MACs lines it
+    # failed 5 (hmac-sha1*, the NIST-curve ecdh kex), and warned about more.
+    result = subprocess.run([sys.executable, "-m", "ssh_audit", "--json", "--port", str(ssh_port), "127.0.0.1"],
+                            capture_output=True, text=True, timeout=60, check=False)
+    report = json.loads(result.stdout)
+    failures = [entry for kind in ("kex", "key", "enc", "mac") for entry in report.get(kind, [])
+                if entry.get("notes", {}).get("fail")]
+    assert failures == [], json.dumps(failures, indent=1)
+    assert {entry["algorithm"] for entry in report["mac"]} <= {
+        "hmac-sha2-512-etm@openssh.com", "hmac-sha2-256-etm@openssh.com", "umac-128-etm@openssh.com"}
+
+
+def test_the_session_environment_hides_secrets_and_is_readable_by_the_user_only(image, user_key):
+    container = start_container(image, options=[*PUBLISH_SSH, *NO_JUPYTER, "--env", "HF_TOKEN=hf_secret_value_123",
+                                                "--env", "WANDB_API_KEY=wandb-secret-456", "--env", "NCCL_DEBUG=INFO",
+                                                "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}"])
+    try:
+        container.wait_until_healthy()
+        listing = container.run("stat -c '%a %U %G' /etc/container/session-env.sh", user=None).stdout.split()
+        assert listing == ["640", "root", "dev"], listing
+        with ssh_session(container.published_port(2222), key=user_key) as client:
+            _, out, _ = run(client, "echo NCCL=$NCCL_DEBUG HF=${HF_TOKEN:-unset} WANDB=${WANDB_API_KEY:-unset}")
+        assert out.split() == ["NCCL=INFO", "HF=unset", "WANDB=unset"]
+        contents = container.run("cat /etc/container/session-env.sh", user=None).stdout
+        assert "hf_secret_value_123" not in contents and "wandb-secret-456" not in contents
+    finally:
+        container.remove()
+
+
+def test_health_probes_leave_nothing_in_the_log(ssh_container):
+    # Three probes at 5 s apart; each used to leave sshd's "Connection closed ... [preauth]" lines.
+    before = ssh_container.logs()
+    time.sleep(16)
+    added = ssh_container.logs()[len(before):]
+    assert ssh_container.state()["Health"]["Status"] == "healthy"
+    assert "preauth" not in added and "Connection" not in added, added

@@ -1,27 +1,66 @@
 # Core start-up step (sourced by entrypoint.sh; defines functions only): JupyterLab always runs behind
-# authentication.
+# authentication that works.
 # JUPYTER_PASSWORD_HASH (from jupyter_server.auth.passwd) or JUPYTER_TOKEN; when neither is given a
-# random token is made, printed once with the URL, and kept in ~/.jupyter/token for the user.
+# random token is made once, printed with the URL, and kept in ~/.jupyter/token, so a restart (the
+# restart policy's too) keeps the URL in `make logs` valid. A new container makes a new one.
 
 readonly JUPYTER_TOKEN_FILE_NAME=.jupyter/token
+readonly MIN_JUPYTER_TOKEN_LENGTH=16
+readonly PASSWORD_HASH_CHECK=/usr/local/lib/container/check_jupyter_password_hash.py
+readonly MAKE_PASSWORD_HASH="python3 -c \"from jupyter_server.auth import passwd; print(passwd())\""
 
-generate_jupyter_token() {
-  local token_file=$HOME/$JUPYTER_TOKEN_FILE_NAME
-  JUPYTER_TOKEN=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
-  mkdir -p "$(dirname "$token_file")"
-  (umask 077 && printf '%s\n' "$JUPYTER_TOKEN" >"$token_file")
-  ((EUID == 0)) && chown -R "$CONTAINER_UID:$CONTAINER_GID" "$(dirname "$token_file")"
+# The token file lives in the user's home, where the user may plant a link: it is read and written as
+# the user, never as root, so a link can lead only where the user could write anyway.
+read_kept_jupyter_token() {
+  local token
+  token=$("${AS_USER[@]}" cat -- "$HOME/$JUPYTER_TOKEN_FILE_NAME" 2>/dev/null) || return 0
+  if [[ $token =~ ^[0-9a-f]{48}$ ]]; then echo "$token"; fi
+}
+
+keep_jupyter_token() {
+  # shellcheck disable=SC2016  # $1 is expanded by the user's sh
+  printf '%s\n' "$1" | "${AS_USER[@]}" sh -c 'umask 077 && mkdir -p "$(dirname "$1")" && cat >"$1"' \
+    keep-token "$HOME/$JUPYTER_TOKEN_FILE_NAME" ||
+    log_warn "could not keep the Jupyter token in $HOME/$JUPYTER_TOKEN_FILE_NAME; the next start makes a new one"
+}
+
+use_kept_or_new_jupyter_token() {
+  JUPYTER_TOKEN=$(read_kept_jupyter_token)
+  if [[ -z $JUPYTER_TOKEN ]]; then
+    JUPYTER_TOKEN=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
+    keep_jupyter_token "$JUPYTER_TOKEN"
+  fi
   log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}/?token=$JUPYTER_TOKEN" \
-           "(token also in $token_file; set JUPYTER_TOKEN to choose your own)"
+           "(token also in $HOME/$JUPYTER_TOKEN_FILE_NAME; set JUPYTER_TOKEN to choose your own)"
+}
+
+check_jupyter_password_hash() {
+  [[ $JUPYTER_PASSWORD_HASH =~ ^(argon2|sha1|sha256|sha512): ]] ||
+    fatal "JUPYTER_PASSWORD_HASH is not a Jupyter password hash; make one with: $MAKE_PASSWORD_HASH"
+  local status=0
+  "${AS_USER[@]}" python3 "$PASSWORD_HASH_CHECK" || status=$?
+  case $status in
+    0) ;;
+    3) fatal "JUPYTER_PASSWORD_HASH is the hash of an empty password, which lets anyone in; make one of a real password with: $MAKE_PASSWORD_HASH" ;;
+    *) fatal "JUPYTER_PASSWORD_HASH cannot be checked (damaged or cut short?), so nobody could log in; make a new one with: $MAKE_PASSWORD_HASH" ;;
+  esac
+}
+
+check_jupyter_token() {
+  [[ -n ${JUPYTER_TOKEN//[[:space:]]/} ]] ||
+    fatal "JUPYTER_TOKEN is only whitespace; set a real token (openssl rand -hex 24), or leave it empty to get one"
+  ((${#JUPYTER_TOKEN} >= MIN_JUPYTER_TOKEN_LENGTH)) ||
+    fatal "JUPYTER_TOKEN has ${#JUPYTER_TOKEN} characters, too few to be secret; use at least $MIN_JUPYTER_TOKEN_LENGTH (openssl rand -hex 24), or leave it empty to get one"
 }
 
 prepare_jupyter_auth() {
   if [[ -n ${JUPYTER_PASSWORD_HASH:-} ]]; then
-    [[ $JUPYTER_PASSWORD_HASH =~ ^(argon2|sha1|sha256|sha512): ]] ||
-      fatal "JUPYTER_PASSWORD_HASH is not a Jupyter password hash; make one with: python -c \"from jupyter_server.auth import passwd; print(passwd())\""
+    check_jupyter_password_hash
     log_info "JupyterLab: password login (JUPYTER_PASSWORD_HASH)"
-  elif [[ -z ${JUPYTER_TOKEN:-} ]]; then
-    generate_jupyter_token
+  elif [[ -n ${JUPYTER_TOKEN:-} ]]; then
+    check_jupyter_token
+  else
+    use_kept_or_new_jupyter_token
   fi
   export JUPYTER_TOKEN=${JUPYTER_TOKEN:-}
 }

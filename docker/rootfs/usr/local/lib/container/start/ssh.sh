@@ -10,24 +10,35 @@ readonly AUTHORIZED_KEYS_DIR=/etc/ssh/authorized_keys
 
 ensure_host_keys() {
   local type key
-  mkdir -p "$HOST_KEYS_DIR"
+  mkdir -p "$HOST_KEYS_DIR" 2>/dev/null || true
   for type in ed25519 rsa; do
     key=$HOST_KEYS_DIR/ssh_host_${type}_key
-    if [[ ! -s $key ]]; then
-      ssh-keygen -q -t "$type" -N '' -C "" -f "$key"
-      log_info "generated SSH host key $(ssh-keygen -l -f "$key.pub" | cut -d' ' -f2) ($type)"
-    fi
+    [[ -s $key ]] && continue
+    [[ -w $HOST_KEYS_DIR ]] ||
+      fatal "cannot write the SSH host keys into $HOST_KEYS_DIR (read-only or missing); mount it writable for the first start, or put ssh_host_ed25519_key and ssh_host_rsa_key there"
+    ssh-keygen -q -t "$type" -N '' -C "" -f "$key"
+    log_info "generated SSH host key $(ssh-keygen -l -f "$key.pub" | cut -d' ' -f2) ($type)"
   done
 }
 
-# Prints each public key of $2 (text), failing with a line that names $1 when one is malformed.
+# Key types this sshd accepts (OpenSSH 9 refuses DSA, and RSA keys under 1024 bits), as ssh-keygen -l
+# names them.
+readonly ACCEPTED_KEY_TYPES='^(ED25519|ED25519-SK|ECDSA|ECDSA-SK|RSA)$'
+readonly MIN_RSA_BITS=1024
+
+# Prints each public key of $2 (text), failing with a line that names $1 when one is malformed or of a
+# kind sshd would refuse at login.
 validated_keys() {
-  local source=$1 text=$2 line number=0
+  local source=$1 text=$2 line number=0 fingerprint bits type
   while IFS= read -r line || [[ -n $line ]]; do
     number=$((number + 1))
     [[ -z ${line// /} || $line == \#* ]] && continue
-    ssh-keygen -l -f /dev/stdin <<<"$line" >/dev/null 2>&1 ||
+    fingerprint=$(ssh-keygen -l -f /dev/stdin <<<"$line" 2>/dev/null) ||
       fatal "$source line $number is not an SSH public key; use the single line of your ~/.ssh/id_ed25519.pub"
+    bits=${fingerprint%% *} type=${fingerprint##*(} type=${type%)}
+    if [[ ! $type =~ $ACCEPTED_KEY_TYPES ]] || { [[ $type == RSA ]] && ((bits < MIN_RSA_BITS)); }; then
+      fatal "$source line $number is a $bits-bit $type key, which sshd refuses; make an ed25519 key (ssh-keygen -t ed25519) and use its .pub line"
+    fi
     printf '%s\n' "$line"
   done <<<"$text"
 }
