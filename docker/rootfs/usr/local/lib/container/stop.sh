@@ -23,7 +23,7 @@ readonly KERNEL_COMMAND='ipykernel_launcher|-m ipykernel'
 # in parentheses and may hold spaces ("tmux: server"), so the state is read after the last ") ".
 process_state() {
   local stat
-  stat=$(<"/proc/$1/stat") 2>/dev/null || return 0
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
   stat=${stat##*) }
   echo "${stat%% *}"
 }
@@ -47,7 +47,7 @@ other_processes() {
 
 parent_of() {
   local stat
-  stat=$(<"/proc/$1/stat") 2>/dev/null || return 0
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
   stat=${stat##*) }
   stat=${stat#* }
   echo "${stat%% *}"
@@ -57,7 +57,7 @@ parent_of() {
 is_session_holder() {
   local pid=$1 name
   ((pid <= 1 || pid == $$)) && return 0
-  name=$(<"/proc/$pid/comm") 2>/dev/null || return 0
+  read -r name 2>/dev/null <"/proc/$pid/comm" || return 0
   [[ $name =~ $SESSION_HOLDERS ]] && return 0
   [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) =~ $KERNEL_COMMAND ]]
 }
