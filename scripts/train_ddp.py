@@ -31,7 +31,7 @@ import math
 import pathlib
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -40,9 +40,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from trainer.checkpoint import (capture_rng_state, checkpoint_path, load_newest_checkpoint,
+from trainer.checkpoint import (CheckpointWriteError, capture_rng_state, checkpoint_path, load_newest_checkpoint,
                                 remove_old_checkpoints, restore_rng_state, save_checkpoint_atomically)
-from trainer.config import parse_config
+from trainer.config import describe_model_change, parse_config
 from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages,
                           detach_from_terminal_signals, load_image_folder)
 from trainer.distributed import (Placement, StopSignal, choose_device, finish_process_group,
@@ -203,23 +203,41 @@ def average_over_ranks(value: torch.Tensor, world_size: int) -> float:
 def save_training_state(args: argparse.Namespace, model: nn.Module, optimizer: torch.optim.Optimizer,
                         scaler: torch.amp.GradScaler, scheduler: Any, stream: MicroBatchStream, step: int,
                         placement: Placement, device: torch.device, control_group: dist.ProcessGroup) -> None:
-    """Everything a restart needs to continue exactly here; all ranks call it, rank 0 writes it."""
+    """Everything a restart needs to continue exactly here; all ranks call it, rank 0 writes it.
+
+    A full disk ends the job on every rank with one line, since training on without checkpoints would
+    lose the work the next restart expects to find.
+    """
     rng_states: list[Any] = [None] * placement.world_size
     dist.all_gather_object(rng_states, capture_rng_state(device), group=control_group)
-    if not placement.is_main:
-        return
-    state = {
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-        "scheduler": scheduler.state_dict(), "step": step, "epoch": stream.epoch,
-        # Samples of this epoch all ranks consumed: a restart with another world size maps it back.
-        "samples_in_epoch": stream.batches_done * args.batch_size * placement.world_size,
-        "rng": rng_states, "config": {name: str(value) for name, value in vars(args).items()},
-    }
-    path = checkpoint_path(args.ckpt_dir, step)
-    started = time.perf_counter()
-    save_checkpoint_atomically(state, path)
-    remove_old_checkpoints(args.ckpt_dir, args.keep)
-    print(f"saved checkpoint {path} in {time.perf_counter() - started:.3f} s", flush=True)
+    problem: list[str | None] = [None]
+    if placement.is_main:
+        state = {
+            "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+            "scheduler": scheduler.state_dict(), "step": step, "epoch": stream.epoch,
+            # Samples of this epoch all ranks consumed: a restart with another world size maps it back.
+            "samples_in_epoch": stream.batches_done * args.batch_size * placement.world_size,
+            "rng": rng_states, "config": {name: str(value) for name, value in vars(args).items()},
+        }
+        path = checkpoint_path(args.ckpt_dir, step)
+        started = time.perf_counter()
+        try:
+            save_checkpoint_atomically(state, path)
+        except CheckpointWriteError as error:
+            problem[0] = str(error)
+        else:
+            remove_old_checkpoints(args.ckpt_dir, args.keep, step)
+            print(f"saved checkpoint {path} in {time.perf_counter() - started:.3f} s", flush=True)
+    dist.broadcast_object_list(problem, src=0, group=control_group)
+    if problem[0]:
+        exit_with_error(problem[0], placement, status=1)
+
+
+def exit_with_error(message: str, placement: Placement, status: int) -> NoReturn:
+    """Ends this rank with STATUS; rank 0 prints MESSAGE as the one line the user reads."""
+    if placement.is_main:
+        print(f"train_ddp.py: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(status)
 
 
 def resume_from_newest_checkpoint(args: argparse.Namespace, model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -230,13 +248,19 @@ def resume_from_newest_checkpoint(args: argparse.Namespace, model: nn.Module, op
     A fresh --ckpt-dir starts at (0, 0, 0). Every rank loads the file itself; the ranks then check they
     found the same step, which fails when --ckpt-dir is not shared between nodes.
     """
-    state = load_newest_checkpoint(pathlib.Path(args.ckpt_dir), warn=placement.is_main)
+    state = load_newest_checkpoint(pathlib.Path(args.ckpt_dir), placement.is_main)
     found_steps: list[Any] = [None] * placement.world_size
     dist.all_gather_object(found_steps, state["step"] if state else 0, group=control_group)
     if len(set(found_steps)) > 1:
         sys.exit(f"ranks found different checkpoints (steps {found_steps}): --ckpt-dir must be shared by all nodes")
     if state is None:
         return 0, 0, 0
+    current = model.state_dict()
+    if any(name not in current or current[name].shape != tensor.shape for name, tensor in state["model"].items()):
+        # Same answer on every rank (they loaded the same file); rank 0 says it, all leave before any damage.
+        exit_with_error(f"--ckpt-dir {args.ckpt_dir} holds a checkpoint of another model "
+                        f"({describe_model_change(state['config'], args)}): use the same flags to resume, "
+                        f"or another --ckpt-dir to start afresh", placement, status=2)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scaler.load_state_dict(state["scaler"])

@@ -126,9 +126,31 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
                 f"({args.batch_size} x {world_size} ranks); raise it or lower --batch-size")
     if args.tensorboard_dir is not None and importlib.util.find_spec("tensorboard") is None:
         return "--tensorboard-dir needs tensorboard, which is not installed; pip install tensorboard or drop it"
-    if args.metrics_file is not None and not args.metrics_file.parent.is_dir():
-        return f"--metrics-file {args.metrics_file}: directory {args.metrics_file.parent} does not exist"
+    if args.metrics_file is not None:
+        problem = check_metrics_file(args.metrics_file)
+        if problem:
+            return problem
     return check_ckpt_dir(args.ckpt_dir)
+
+
+def check_metrics_file(path: pathlib.Path) -> str | None:
+    """A problem that would stop rank 0 appending to PATH, found by opening it as the reporter will.
+
+    Opening is the only check that tells the truth for root, network file systems and read-only mounts;
+    a file that did not exist is removed again, so a rejected run leaves nothing behind.
+    """
+    if not path.parent.is_dir():
+        return f"--metrics-file {path}: directory {path.parent} does not exist"
+    if path.is_dir():
+        return f"--metrics-file {path} is a directory; name a file in it, e.g. {path / 'metrics.jsonl'}"
+    existed = path.exists()
+    try:
+        open(path, "a").close()
+    except OSError as error:
+        return f"--metrics-file {path} cannot be written ({error.strerror}); choose a writable path"
+    if not existed:
+        path.unlink()
+    return None
 
 
 def check_ckpt_dir(ckpt_dir: pathlib.Path) -> str | None:
@@ -139,6 +161,18 @@ def check_ckpt_dir(ckpt_dir: pathlib.Path) -> str | None:
     if not os.access(nearest, os.W_OK | os.X_OK):
         return f"--ckpt-dir {ckpt_dir}: {nearest} is not writable"
     return None
+
+
+# Flags that decide the model's parameter shapes: a checkpoint made with other values cannot be resumed.
+MODEL_SHAPE_FLAGS = ("model", "num_classes", "data_dir")
+
+
+def describe_model_change(saved_config: dict[str, str], args: argparse.Namespace) -> str:
+    """The shape-deciding flags that differ between a checkpoint's config and ARGS, as flags to read."""
+    changed = [name for name in MODEL_SHAPE_FLAGS if saved_config.get(name) != str(getattr(args, name))]
+    flags = ["--" + name.replace("_", "-") for name in changed]
+    return (", ".join(f"{flag} {saved_config.get(name)}" for flag, name in zip(flags, changed)) + "; now "
+            + ", ".join(f"{flag} {getattr(args, name)}" for flag, name in zip(flags, changed)))
 
 
 def parse_config(argv: Sequence[str] | None, world_size: int) -> argparse.Namespace:

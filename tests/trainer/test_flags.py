@@ -42,6 +42,8 @@ BAD_VALUES = [
     ("--keep", "0", "a positive integer"),
     ("--log-every", "0", "a positive integer"),
     ("--metrics-file", "/no/such/dir/metrics.jsonl", "does not exist"),
+    ("--metrics-file", ".", "is a directory"),
+    ("--metrics-file", "/sys/metrics.jsonl", "cannot be written"),  # read-only, even for root
     ("--peak-tflops", "0", "a number > 0"),
     ("--device", "tpu", "invalid choice"),
     ("--backend", "mpi", "invalid choice"),
