@@ -1,0 +1,68 @@
+"""How the model is spread over the ranks: DDP (a full copy per rank) or FSDP2 (each rank holds a shard).
+
+These are the lines where DDP and FSDP differ; everything else in the trainer is the same for both.
+  * wrapping: `DistributedDataParallel(model)` against `fully_shard` on every Transformer block and then
+    on the root, so each block's parameters are gathered just before it runs and freed right after;
+  * mixed precision: DDP runs under autocast; FSDP keeps bf16 parameter copies for compute and reduces
+    gradients in fp32 (MixedPrecisionPolicy), so autocast is not needed;
+  * gradient accumulation: DDP's `no_sync()` against FSDP's `set_requires_gradient_sync(False)`;
+  * checkpoints: the full state on rank 0 in one file against every rank's shard (trainer.checkpoint).
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+from trainer.gpt import Transformer
+
+
+def repeated_blocks(model: nn.Module) -> list[nn.Module]:
+    """The model's repeated blocks (the units to shard and compile): a Transformer's blocks, else the whole."""
+    return list(model.blocks) if isinstance(model, Transformer) else [model]
+
+
+def parallelize(model: nn.Module, parallel: str, precision: torch.dtype, device: torch.device,
+                activation_checkpointing: bool, compile_blocks: bool) -> nn.Module:
+    """MODEL made ready for distributed training: checkpointed, compiled per block, then DDP or FSDP.
+
+    Compiling in place (`Module.compile`) keeps parameter names, so checkpoints do not depend on
+    --compile, and DDP's or FSDP's hooks stay outside the compiled code.
+    """
+    if activation_checkpointing:
+        model.activation_checkpointing = True
+    if compile_blocks:
+        for block in repeated_blocks(model):
+            block.compile()
+    if parallel == "ddp":
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    policy = (MixedPrecisionPolicy(param_dtype=precision, reduce_dtype=torch.float32)
+              if precision != torch.float32 else MixedPrecisionPolicy())
+    for block in repeated_blocks(model):
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)  # the root: embeddings, final norm and the tied output head
+    return model
+
+
+def autocast_dtype(parallel: str, precision: torch.dtype) -> torch.dtype | None:
+    """The dtype to autocast the forward pass to, or None: FSDP casts its parameters itself."""
+    if precision == torch.float32 or parallel == "fsdp":
+        return None
+    return precision
+
+
+@contextlib.contextmanager
+def gradient_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
+    """Within it, backward reduces gradients across ranks only if ENABLED (the last micro-batch of a step)."""
+    if isinstance(model, FSDPModule):
+        model.set_requires_gradient_sync(enabled)
+        yield
+    elif enabled:
+        yield
+    else:
+        with model.no_sync():
+            yield
