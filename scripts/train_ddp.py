@@ -1,27 +1,33 @@
 #!/usr/bin/env python3
-"""Sample DistributedDataParallel trainer: read it, run it, copy it.
+"""Sample distributed trainer, DDP or FSDP: read it, run it, copy it (with trainer/ beside it).
 
-    torchrun --nproc-per-node=2 /opt/scripts/train_ddp.py --max-steps 200     # one node, 2 ranks
-    torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d \\
+    torchrun --nproc-per-node=2 /opt/scripts/train_ddp.py --max-steps 200     # one node, 2 ranks, the CNN
+    torchrun --nproc-per-node=8 /opt/scripts/train_ddp.py --model gpt2-large --parallel fsdp \
+        --precision bf16 --compile                                            # a GPT sharded over 8 GPUs
+    torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d \
         --rdzv-endpoint=HOST:29500 /opt/scripts/train_ddp.py                  # several nodes
     python /opt/scripts/train_ddp.py                                          # one process
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 \
         torchrun --max-restarts=3 ... /opt/scripts/train_ddp.py              # survive a crashed worker
 (the variable works around pytorch/pytorch#135712: without it a restarted worker can read the
-previous attempt's addresses and fail to connect.)
+previous attempt's addresses and fail to connect.) docs/training.md says when to use DDP or FSDP.
 
 What it does, in the order this file does it:
   * parses and checks every flag before any process group exists (`--help` lists them);
   * joins the process group (NCCL on GPU, gloo on CPU) with each rank on its own device;
-  * trains a small CNN on deterministic synthetic images (or an image folder) with a
-    DistributedSampler, bf16/fp16/fp32 autocast, gradient accumulation, clipping and optional
-    torch.compile;
+  * builds a small CNN on synthetic images (or an image folder), or a GPT-2 style Transformer on
+    synthetic tokens (or a uint16 token file), and spreads it over the ranks with DDP or FSDP2
+    (trainer/parallel.py holds every line where the two differ);
+  * trains with a DistributedSampler, bf16/fp16/fp32, gradient accumulation, clipping and optional
+    per-block torch.compile and activation checkpointing;
   * resumes from the newest readable checkpoint in --ckpt-dir at the exact batch it stopped at,
-    so a restarted job repeats and skips nothing;
-  * writes checkpoints atomically on rank 0 and keeps the newest --keep;
+    so a restarted job repeats and skips nothing, at any world size for sharded checkpoints;
+  * writes checkpoints atomically (one file from rank 0 under DDP, one shard per rank under FSDP)
+    and keeps the newest --keep;
   * on SIGTERM/SIGINT stops every rank at the same step, saves, and exits 0 well within the
     30 s that docker stop, Slurm and torchrun allow.
-Helpers live in trainer/ beside this file; each does one job.
+The training state (model, optimizer, scaler, schedule, data position) is one object,
+trainer/state.py; helpers live in trainer/ beside this file, each doing one job.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from tests.trainer.runs import ENV, TINY_RUN, make_workdir
+from tests.trainer.runs import ENV, TINY_RUN, make_workdir, torchrun
 
 # One process, 4 steps, a checkpoint every 2: a few seconds per run.
 SHORT_RUN = f"{TINY_RUN} --num-workers 0 --max-steps 4 --save-every 2"
@@ -87,3 +87,17 @@ def test_a_full_disk_ends_with_one_line_and_leaves_no_partial_file(torch_host, s
         result.stderr
     assert "Traceback" not in result.stderr
     assert result.stdout.strip().splitlines()[-1] == "exit=1", result.stdout  # ls found no partial file
+
+
+def test_a_full_disk_under_fsdp_ends_every_rank_and_leaves_no_partial_folder(torch_host, scripts_dir, workdir):
+    """Every rank writes its shards (3 MB each for gpt-tiny): the one-line error, then torchrun's own report."""
+    result = run_with_a_full_disk(torch_host, workdir, "full tmpfs", (
+        f"cd {workdir} && {torchrun(f'{scripts_dir}/train_ddp.py')} --model gpt-tiny --seq-len 32 --batch-size 4 "
+        f"--num-workers 0 --max-steps 4 --save-every 2 --parallel fsdp --ckpt-dir {workdir}/ckpt; "
+        f"echo exit=$?; ls -A {workdir}/ckpt"))
+    assert result.stdout.strip().splitlines()[-1] == "exit=1", result.stdout + result.stderr  # no partial folder
+    lines = [line for line in result.stderr.splitlines() if line.startswith("train_ddp.py: error:")]
+    assert lines == [f"train_ddp.py: error: no space left writing {workdir}/ckpt/step_000002 (No space left on "
+                     "device); free some space or point --ckpt-dir at a larger disk"], result.stderr
+    # torchrun's agent reports the failed workers with a traceback of its own (ChildFailedError); no worker does.
+    assert result.stderr.count("Traceback") == 1 and "ChildFailedError" in result.stderr, result.stderr
