@@ -273,6 +273,7 @@ def resume_from_newest_checkpoint(state: TrainingState, args: argparse.Namespace
         return change and (f"--ckpt-dir {args.ckpt_dir} holds a checkpoint of another model ({change}): "
                            f"use the same flags to resume, or another --ckpt-dir to start afresh")
 
+    started = time.perf_counter()
     try:
         loaded = load_newest_checkpoint(args.ckpt_dir, state.state_dict, check_config, placement.is_main)
     except IncompatibleCheckpoint as error:  # same answer on every rank: they read the same config
@@ -287,7 +288,8 @@ def resume_from_newest_checkpoint(state: TrainingState, args: argparse.Namespace
     state.load_state_dict(loaded)
     if placement.is_main:
         print(f"resumed from {loaded['path']}: step {loaded['step']}, epoch {loaded['epoch']}, "
-              f"{loaded['samples_in_epoch']} samples into the epoch", flush=True)
+              f"{loaded['samples_in_epoch']} samples into the epoch, loaded in {time.perf_counter() - started:.3f} s",
+              flush=True)
 
 
 if __name__ == "__main__":
