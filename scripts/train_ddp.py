@@ -53,7 +53,7 @@ from trainer.distributed import (Placement, StopSignal, choose_device, finish_pr
 from trainer.gpt import flops_per_token
 from trainer.metrics import MetricsReporter, count_training_flops_per_sample, peak_flops, state_bytes
 from trainer.model import build_model, is_language_model
-from trainer.parallel import autocast_dtype, gradient_sync, parallelize
+from trainer.parallel import autocast_dtype, clip_gradients, gradient_sync, parallelize
 from trainer.state import TrainingState
 
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -202,7 +202,7 @@ def train_one_step(model: nn.Module, stream: MicroBatchStream, optimizer: torch.
         step_loss += loss.detach()
     if args.grad_clip > 0:
         scaler.unscale_(optimizer)  # clip the real gradients, not the loss-scaled ones
-        nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        clip_gradients(model, args.grad_clip)
     scaler.step(optimizer)  # skips the update if fp16 gradients overflowed
     scaler.update()
     optimizer.zero_grad(set_to_none=True)

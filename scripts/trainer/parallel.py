@@ -6,6 +6,7 @@ These are the lines where DDP and FSDP differ; everything else in the trainer is
   * mixed precision: DDP runs under autocast; FSDP keeps bf16 parameter copies for compute and reduces
     gradients in fp32 (MixedPrecisionPolicy), so autocast is not needed;
   * gradient accumulation: DDP's `no_sync()` against FSDP's `set_requires_gradient_sync(False)`;
+  * gradient clipping: FSDP adds up the squared norms of the ranks' shards in one all-reduce;
   * checkpoints: the full state on rank 0 in one file against every rank's shard (trainer.checkpoint).
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel
@@ -66,3 +68,22 @@ def gradient_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
     else:
         with model.no_sync():
             yield
+
+
+def clip_gradients(model: nn.Module, max_norm: float) -> None:
+    """Scales all gradients down so that their global L2 norm is at most MAX_NORM (clip_grad_norm_).
+
+    Under FSDP each rank holds disjoint shards of every gradient, so the squared norms of the local
+    shards add up to the full norm's square: one all-reduce of one number. (clip_grad_norm_ on the
+    DTensor gradients gives the same result, but through DTensor's per-parameter dispatch, which cost
+    a quarter of the step time of gpt-tiny on CPU.)
+    """
+    if not isinstance(model, FSDPModule):
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        return
+    local_grads = [parameter.grad.to_local() for parameter in model.parameters() if parameter.grad is not None]
+    squared_norm = torch.stack([grad.float().pow(2).sum() for grad in local_grads]).sum()
+    dist.all_reduce(squared_norm)
+    scale = (max_norm / (squared_norm.sqrt() + 1e-6)).clamp(max=1.0)  # as clip_grad_norm_: never scale up
+    for grad in local_grads:
+        grad.mul_(scale.to(grad.dtype))
