@@ -64,7 +64,7 @@ def run_bare_loop(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     dataset = SyntheticImages(16384, 32, 10, seed=0)
-    model = DistributedDataParallel(build_model(args.model, 10))
+    model = DistributedDataParallel(build_model(args.model, 10, None))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     sampler = DistributedSampler(dataset, seed=0, drop_last=True)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
@@ -209,7 +209,8 @@ def print_memory_per_rank(args: argparse.Namespace) -> None:
                          nproc)
                 per_rank[parallel] = max(json.loads(metrics.read_text().splitlines()[-1])["memory_gib_per_rank"])
         for parallel in ("ddp", "fsdp"):
-            print(f"| {parallel} | {nproc} | {per_rank[parallel] * 1024:.2f} | {per_rank[parallel] / per_rank['ddp']:.3f} |")
+            share = per_rank[parallel] / per_rank["ddp"]
+            print(f"| {parallel} | {nproc} | {per_rank[parallel] * 1024:.2f} | {share:.3f} |")
 
 
 def print_checkpoint_times(args: argparse.Namespace) -> None:

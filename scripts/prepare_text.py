@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"{args.text} is not a file")
     if not args.output.parent.is_dir():
         parser.error(f"directory {args.output.parent} of {args.output} does not exist")
+    if args.output.is_dir():
+        parser.error(f"{args.output} is a directory; name the token file to write, e.g. {args.output / 'train.bin'}")
     return args
 
 

@@ -116,11 +116,12 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device,
         reporter.restart_clock(state.step)
 
     last_saved_step, loss_sum = state.step, torch.zeros((), device=device)
+    autocast = autocast_dtype(args.parallel, precision)
     while state.step < args.max_steps:
         if stop.agreed_by_any_rank(control_group):  # every rank sees the same answer at the same step
             break
         lr = scheduler.get_last_lr()[0]
-        loss_sum += train_one_step(model, stream, optimizer, scaler, args, device, autocast_dtype(args.parallel, precision))
+        loss_sum += train_one_step(model, stream, optimizer, scaler, args, device, autocast)
         scheduler.step()
         state.step += 1
         if state.step % args.log_every == 0 or state.step == args.max_steps:

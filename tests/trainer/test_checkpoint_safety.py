@@ -44,7 +44,8 @@ def test_unreadable_newer_checkpoints_are_moved_aside_and_the_new_one_is_kept(to
 
 def test_a_planted_symlink_at_the_temporary_name_is_never_followed(torch_host, scripts_dir, workdir):
     torch_host.check_output(f"mkdir {workdir}/ckpt && echo precious > {workdir}/victim && "
-                            f"for step in 000002 000004; do ln -s {workdir}/victim {workdir}/ckpt/.step_$step.pt.tmp; done")
+                            f"for step in 000002 000004; do "
+                            f"ln -s {workdir}/victim {workdir}/ckpt/.step_$step.pt.tmp; done")
     result = train(torch_host, scripts_dir, workdir)
     assert result.rc == 0, result.stdout + result.stderr
     assert torch_host.file(f"{workdir}/victim").content_string == "precious\n"

@@ -73,7 +73,8 @@ BAD_COMBINATIONS = [
 
 def run_trainer(torch_host, scripts_dir: str, arguments: str, setup: str = "true"):
     # No torchrun: a bad flag must fail before any rendezvous, so a lone process shows the same.
-    return torch_host.run(f"cd $(mktemp -d) && {setup} && {ENV} timeout 60 python {scripts_dir}/train_ddp.py {arguments}")
+    return torch_host.run(f"cd $(mktemp -d) && {setup} && "
+                          f"{ENV} timeout 60 python {scripts_dir}/train_ddp.py {arguments}")
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), BAD_VALUES, ids=[f"{f}={v}" for f, v, _ in BAD_VALUES])

@@ -81,7 +81,8 @@ import json, pathlib, sys, torch
 sys.path.insert(0, {scripts_dir!r})
 from export_weights import read_model_weights
 from trainer.checkpoint import list_checkpoints_newest_first
-a, b = (read_model_weights(list_checkpoints_newest_first(pathlib.Path(folder))[0]) for folder in ({first!r}, {second!r}))
+newest = lambda folder: list_checkpoints_newest_first(pathlib.Path(folder))[0]
+a, b = read_model_weights(newest({first!r})), read_model_weights(newest({second!r}))
 assert a.keys() == b.keys(), (a.keys(), b.keys())
 same = torch.equal if {exact!r} else lambda x, y: torch.allclose(x, y, rtol={RTOL}, atol={ATOL})
 print(json.dumps({{"max_abs_difference": max((a[k] - b[k]).abs().max().item() for k in a),
@@ -218,7 +219,8 @@ def test_loss_falls_on_a_text_file_prepared_by_the_script(torch_host, scripts_di
     workdir = make_workdir(torch_host)
     # Any UTF-8 text will do; the trainer's own source is on every torch host.
     torch_host.check_output(f"cat {scripts_dir}/trainer/*.py > {workdir}/text.txt && "
-                            f"{ENV} timeout 60 python {scripts_dir}/prepare_text.py {workdir}/text.txt {workdir}/text.bin")
+                            f"{ENV} timeout 60 python {scripts_dir}/prepare_text.py "
+                            f"{workdir}/text.txt {workdir}/text.bin")
     torch_host.check_output(
         f"{ENV} timeout {RUN_TIMEOUT_S} python {scripts_dir}/train_ddp.py --model gpt-tiny --seq-len 64 "
         f"--data-file {workdir}/text.bin --batch-size 8 --max-steps 30 --warmup-steps 3 --lr 3e-3 --num-workers 0 "
