@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Benchmark: our trainer with every feature on against a bare DDP loop, 2 CPU ranks under torchrun.
+"""Benchmark: our trainer with every feature on against a bare loop, CPU ranks under torchrun.
 
-    python scripts/bench_trainer.py                  # prints a table and the BENCHMARKS.md rows
+    python scripts/bench_trainer.py                  # the CNN under DDP against a bare DDP loop
+    python scripts/bench_trainer.py --bench gpt      # gpt-tiny under FSDP against a bare FSDP2 loop,
+                                                     # memory per rank, checkpoint save and load times
 
-The bare loop is what the pytorch/examples DDP tutorials do: DistributedSampler, DataLoader, forward,
-backward, AdamW step, nothing else. Both use the same model, synthetic data, DataLoader settings and
-global batch. Runs alternate (trainer, bare, trainer without periodic checkpoints, ...) so a noisy
-machine affects all alike; the median and the best of --repeats runs are reported. Throughput excludes the first
---warmup steps and includes everything after them by wall clock, checkpoint writes too.
+The bare DDP loop is what the pytorch/examples DDP tutorials do: DistributedSampler, DataLoader,
+forward, backward, AdamW step, nothing else; the bare FSDP2 loop is the same with `fully_shard` on every
+block and the root instead of DDP. Trainer and bare loop use the same model, synthetic data, DataLoader
+settings and global batch. Runs alternate (trainer, bare, trainer without periodic checkpoints, ...) so
+a noisy machine affects all alike; the median, the spread (min..max) and the best of --repeats runs are
+reported. Throughput excludes the first --warmup steps and includes everything after them by wall
+clock, checkpoint writes too.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ NPROC = 2
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", choices=["cnn", "gpt"], default="cnn",
+                        help="cnn: the CNN under DDP; gpt: gpt-tiny under FSDP, memory and checkpoint times")
     parser.add_argument("--steps", type=int, default=120, help="optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=20, help="first steps left out of the throughput")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each variant; the median is reported")
@@ -35,7 +41,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32, help="samples per rank per step")
     parser.add_argument("--num-workers", type=int, default=1, help="DataLoader workers per rank")
     parser.add_argument("--save-every", type=int, default=20, help="checkpoint interval of the full run")
+    parser.add_argument("--seq-len", type=int, default=128, help="tokens per sample (--bench gpt)")
+    parser.add_argument("--checkpoint-model", default="gpt2-small",
+                        help="model whose checkpoint save and load are timed (--bench gpt)")
     parser.add_argument("--bare-loop-worker", action="store_true", help=argparse.SUPPRESS)  # torchrun worker mode
+    parser.add_argument("--bare-fsdp-worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
@@ -54,7 +64,7 @@ def run_bare_loop(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     dataset = SyntheticImages(16384, 32, 10, seed=0)
-    model = DistributedDataParallel(build_model(args.model, 10))
+    model = DistributedDataParallel(build_model(args.model, 10, None))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     sampler = DistributedSampler(dataset, seed=0, drop_last=True)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
@@ -78,10 +88,49 @@ def run_bare_loop(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def torchrun(script_and_args: list[str]) -> str:
-    """Runs one 2-rank job; returns its output, or exits with it when the job failed."""
+def run_bare_fsdp_loop(args: argparse.Namespace) -> None:
+    """A torchrun worker: fully_shard per block and on the root, AdamW, nothing else; rank 0 prints samples/s."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.fsdp import fully_shard
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    sys.path.insert(0, str(SCRIPTS_DIR))
+    from trainer.data import SyntheticTokens
+    from trainer.model import build_model
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = build_model("gpt-tiny", 0, None)
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+    dataset = SyntheticTokens(16384, args.seq_len, 256, seed=0)
+    sampler = DistributedSampler(dataset, seed=0, drop_last=True)
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
+                        num_workers=args.num_workers, persistent_workers=args.num_workers > 0)
+    step, started = 0, time.perf_counter()
+    for inputs, targets in loader:  # 16384 samples: more than any run here needs
+        optimizer.zero_grad()
+        F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten()).backward()
+        optimizer.step()
+        step += 1
+        if step == args.warmup:
+            started = time.perf_counter()
+        if step == args.steps:
+            break
+    samples = (args.steps - args.warmup) * args.batch_size * dist.get_world_size()
+    if dist.get_rank() == 0:
+        print(json.dumps({"samples_per_sec": samples / (time.perf_counter() - started)}), flush=True)
+    dist.destroy_process_group()
+
+
+def torchrun(script_and_args: list[str], nproc: int = NPROC) -> str:
+    """Runs one job of NPROC ranks; returns its output, or exits with it when the job failed."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={NPROC}",
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                *script_and_args]
     result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=1800)
     if result.returncode != 0:
@@ -89,12 +138,17 @@ def torchrun(script_and_args: list[str]) -> str:
     return result.stdout
 
 
-def run_trainer(args: argparse.Namespace, save_every: int) -> dict[str, float]:
+def gpt_flags(args: argparse.Namespace) -> list[str]:
+    return ["--model", "gpt-tiny", "--parallel", "fsdp", "--seq-len", str(args.seq_len)]
+
+
+def run_trainer(args: argparse.Namespace, save_every: int, model_flags: list[str] | None = None) -> dict[str, float]:
     """Our trainer with every feature on; samples/s after warm-up and the mean checkpoint write time."""
     with tempfile.TemporaryDirectory() as workdir:
         metrics = pathlib.Path(workdir, "metrics.jsonl")
         output = torchrun([
-            str(SCRIPTS_DIR / "train_ddp.py"), "--model", args.model, "--batch-size", str(args.batch_size),
+            str(SCRIPTS_DIR / "train_ddp.py"), *(model_flags or ["--model", args.model]),
+            "--batch-size", str(args.batch_size),
             "--max-steps", str(args.steps), "--seed", "0", "--num-workers", str(args.num_workers),
             "--log-every", "10", "--metrics-file", str(metrics), "--save-every", str(save_every), "--keep", "3",
             "--ckpt-dir", str(pathlib.Path(workdir, "ckpt")), "--grad-clip", "1.0", "--warmup-steps", "10"])
@@ -106,17 +160,86 @@ def run_trainer(args: argparse.Namespace, save_every: int) -> dict[str, float]:
     return {"samples_per_sec": samples / seconds, "save_seconds": statistics.mean(saves)}
 
 
-def run_bare(args: argparse.Namespace) -> float:
-    output = torchrun([str(pathlib.Path(__file__).resolve()), "--bare-loop-worker", "--model", args.model,
-                       "--batch-size", str(args.batch_size), "--steps", str(args.steps),
+def run_bare(args: argparse.Namespace, worker: str = "--bare-loop-worker") -> float:
+    output = torchrun([str(pathlib.Path(__file__).resolve()), worker, "--model", args.model,
+                       "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--seq-len", str(args.seq_len),
                        "--warmup", str(args.warmup), "--num-workers", str(args.num_workers)])
     return json.loads(output.strip().splitlines()[-1])["samples_per_sec"]
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.1f}..{max(values):.1f}"
+
+
+def bench_gpt(args: argparse.Namespace) -> None:
+    """gpt-tiny: trainer under FSDP against the bare FSDP2 loop; memory per rank; checkpoint save and load."""
+    full, bare, quiet = [], [], []
+    for repeat in range(args.repeats):
+        full.append(run_trainer(args, args.save_every, gpt_flags(args))["samples_per_sec"])
+        bare.append(run_bare(args, "--bare-fsdp-worker"))
+        quiet.append(run_trainer(args, 0, gpt_flags(args))["samples_per_sec"])
+        print(f"repeat {repeat + 1}/{args.repeats}: trainer {full[-1]:.1f}, bare {bare[-1]:.1f}, trainer without "
+              f"periodic checkpoints {quiet[-1]:.1f} samples/s", flush=True)
+    print(f"\ngpt-tiny, FSDP, {NPROC} CPU ranks x batch {args.batch_size} x {args.seq_len} tokens, {args.steps} steps "
+          f"({args.warmup} warm-up), {args.num_workers} DataLoader worker(s)/rank, {args.repeats} runs each")
+    print("| variant | tokens/s median | spread (min..max) | ratio to bare (median) |\n| --- | ---: | ---: | ---: |")
+    bare_median = statistics.median(bare)
+    for label, rates in [("bare FSDP2 loop (fully_shard, AdamW)", bare),
+                         (f"train_ddp.py --parallel fsdp, every feature on, checkpoint every {args.save_every} steps",
+                          full),
+                         ("train_ddp.py --parallel fsdp, every feature on, checkpoint only at the end", quiet)]:
+        tokens = [rate * args.seq_len for rate in rates]
+        print(f"| {label} | {statistics.median(tokens):.0f} | {spread(tokens)} "
+              f"| {statistics.median(rates) / bare_median:.3f} |")
+    print_memory_per_rank(args)
+    print_checkpoint_times(args)
+
+
+def print_memory_per_rank(args: argparse.Namespace) -> None:
+    """The training state each rank holds (parameters, gradients, AdamW state), DDP against FSDP."""
+    print("\n| gpt-tiny, CPU | ranks | state per rank (MiB) | share of DDP's |\n| --- | ---: | ---: | ---: |")
+    for nproc in (2, 4):
+        per_rank = {}
+        for parallel in ("ddp", "fsdp"):
+            with tempfile.TemporaryDirectory() as workdir:
+                metrics = pathlib.Path(workdir, "metrics.jsonl")
+                torchrun([str(SCRIPTS_DIR / "train_ddp.py"), "--model", "gpt-tiny", "--parallel", parallel,
+                          "--seq-len", "32", "--batch-size", "2", "--max-steps", "2", "--log-every", "2",
+                          "--num-workers", "0", "--metrics-file", str(metrics), "--ckpt-dir", f"{workdir}/ckpt"],
+                         nproc)
+                per_rank[parallel] = max(json.loads(metrics.read_text().splitlines()[-1])["memory_gib_per_rank"])
+        for parallel in ("ddp", "fsdp"):
+            share = per_rank[parallel] / per_rank["ddp"]
+            print(f"| {parallel} | {nproc} | {per_rank[parallel] * 1024:.2f} | {share:.3f} |")
+
+
+def print_checkpoint_times(args: argparse.Namespace) -> None:
+    """Save and load times of one checkpoint of --checkpoint-model: one full file (DDP) against shards (FSDP)."""
+    print(f"\n| {args.checkpoint_model}, {NPROC} CPU ranks | checkpoint size (MB) | save (s) | load (s) |\n"
+          "| --- | ---: | ---: | ---: |")
+    for parallel in ("ddp", "fsdp"):
+        with tempfile.TemporaryDirectory() as workdir:
+            common = [str(SCRIPTS_DIR / "train_ddp.py"), "--model", args.checkpoint_model, "--parallel", parallel,
+                      "--seq-len", "32", "--batch-size", "1", "--num-workers", "0", "--ckpt-dir", f"{workdir}/ckpt"]
+            saved = torchrun([*common, "--max-steps", "1"])
+            size = sum(path.stat().st_size for path in pathlib.Path(workdir, "ckpt").rglob("*") if path.is_file())
+            resumed = torchrun([*common, "--max-steps", "1"])  # nothing left to train: load only
+            save_s = float(re.findall(r"saved checkpoint \S+ in ([\d.]+) s", saved)[-1])
+            load_s = float(re.findall(r"loaded in ([\d.]+) s", resumed)[-1])
+        label = "full state dict, one file from rank 0 (DDP)" if parallel == "ddp" else "sharded, every rank (FSDP)"
+        print(f"| {label} | {size / 1e6:.0f} | {save_s:.2f} | {load_s:.2f} |", flush=True)
 
 
 def main() -> None:
     args = parse_args()
     if args.bare_loop_worker:
         run_bare_loop(args)
+        return
+    if args.bare_fsdp_worker:
+        run_bare_fsdp_loop(args)
+        return
+    if args.bench == "gpt":
+        bench_gpt(args)
         return
     full, bare, no_periodic_ckpt = [], [], []
     for repeat in range(args.repeats):

@@ -1,54 +1,60 @@
 #!/usr/bin/env python3
-"""Sample DistributedDataParallel trainer: read it, run it, copy it.
+"""Sample distributed trainer, DDP or FSDP: read it, run it, copy it (with trainer/ beside it).
 
-    torchrun --nproc-per-node=2 /opt/scripts/train_ddp.py --max-steps 200     # one node, 2 ranks
-    torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d \\
+    torchrun --nproc-per-node=2 /opt/scripts/train_ddp.py --max-steps 200     # one node, 2 ranks, the CNN
+    torchrun --nproc-per-node=8 /opt/scripts/train_ddp.py --model gpt2-large --parallel fsdp \
+        --precision bf16 --compile                                            # a GPT sharded over 8 GPUs
+    torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d \
         --rdzv-endpoint=HOST:29500 /opt/scripts/train_ddp.py                  # several nodes
     python /opt/scripts/train_ddp.py                                          # one process
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 \
         torchrun --max-restarts=3 ... /opt/scripts/train_ddp.py              # survive a crashed worker
 (the variable works around pytorch/pytorch#135712: without it a restarted worker can read the
-previous attempt's addresses and fail to connect.)
+previous attempt's addresses and fail to connect.) docs/training.md says when to use DDP or FSDP.
 
 What it does, in the order this file does it:
   * parses and checks every flag before any process group exists (`--help` lists them);
   * joins the process group (NCCL on GPU, gloo on CPU) with each rank on its own device;
-  * trains a small CNN on deterministic synthetic images (or an image folder) with a
-    DistributedSampler, bf16/fp16/fp32 autocast, gradient accumulation, clipping and optional
-    torch.compile;
+  * builds a small CNN on synthetic images (or an image folder), or a GPT-2 style Transformer on
+    synthetic tokens (or a uint16 token file), and spreads it over the ranks with DDP or FSDP2
+    (trainer/parallel.py holds every line where the two differ);
+  * trains with a DistributedSampler, bf16/fp16/fp32, gradient accumulation, clipping and optional
+    per-block torch.compile and activation checkpointing;
   * resumes from the newest readable checkpoint in --ckpt-dir at the exact batch it stopped at,
-    so a restarted job repeats and skips nothing;
-  * writes checkpoints atomically on rank 0 and keeps the newest --keep;
+    so a restarted job repeats and skips nothing, at any world size for sharded checkpoints;
+  * writes checkpoints atomically (one file from rank 0 under DDP, one shard per rank under FSDP)
+    and keeps the newest --keep;
   * on SIGTERM/SIGINT stops every rank at the same step, saves, and exits 0 well within the
     30 s that docker stop, Slurm and torchrun allow.
-Helpers live in trainer/ beside this file; each does one job.
+The training state (model, optimizer, scaler, schedule, data position) is one object,
+trainer/state.py; helpers live in trainer/ beside this file, each doing one job.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import pathlib
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
-from trainer.checkpoint import (capture_rng_state, checkpoint_path, load_newest_checkpoint,
-                                remove_old_checkpoints, restore_rng_state, save_checkpoint_atomically)
-from trainer.config import parse_config
-from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages,
-                          detach_from_terminal_signals, load_image_folder)
+from trainer.checkpoint import (CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path, load_newest_checkpoint,
+                                remove_old_checkpoints, save_checkpoint_atomically, save_sharded_checkpoint)
+from trainer.config import describe_model_change, parse_config
+from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages, SyntheticTokens,
+                          TokenFile, detach_from_terminal_signals, load_image_folder)
 from trainer.distributed import (Placement, StopSignal, choose_device, finish_process_group,
                                  read_placement, start_process_group)
-from trainer.metrics import MetricsReporter, count_training_flops_per_sample, peak_flops
-from trainer.model import build_model
+from trainer.gpt import flops_per_token
+from trainer.metrics import MetricsReporter, count_training_flops_per_sample, peak_flops, state_bytes
+from trainer.model import build_model, is_language_model
+from trainer.parallel import autocast_dtype, clip_gradients, gradient_sync, parallelize
+from trainer.state import TrainingState
 
 PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -73,12 +79,15 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device,
     precision = choose_precision(args.precision, device)
     dataset, num_classes = build_dataset(args)
     torch.manual_seed(args.seed)  # identical initial weights on every rank and in every run
-    model = build_model(args.model, num_classes).to(device)
+    model = build_model(args.model, num_classes, args.vocab_size).to(device)
+    parameter_count = sum(p.numel() for p in model.parameters())
     peak = peak_flops(device, args.peak_tflops)
-    flops_per_sample = (count_training_flops_per_sample(model, dataset[0][0].to(device))
-                        if placement.is_main and peak else None)
+    flops_per_sample = (training_flops_per_sample(model, dataset, args, device) if placement.is_main and peak
+                        else None)
     torch.manual_seed(args.seed + placement.rank)  # per-rank RNG streams, e.g. for dropout or augmentation
 
+    # DDP or FSDP, activation checkpointing, per-block compile: trainer.parallel holds every difference.
+    model = parallelize(model, args.parallel, precision, device, args.activation_checkpointing, args.compile)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
                                   fused=device.type == "cuda")
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -86,62 +95,57 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device,
     # The scaler only acts for fp16, whose narrow range would underflow small gradients.
     scaler = torch.amp.GradScaler(device.type, enabled=precision == torch.float16)
 
-    args.ckpt_dir.mkdir(parents=True, exist_ok=True)
-    step, epoch, batches_done = resume_from_newest_checkpoint(
-        args, model, optimizer, scaler, scheduler, placement, device, control_group)
-
-    # Compile the bare model and wrap it in DDP, so DDP's gradient hooks and no_sync keep working.
-    compiled = torch.compile(model) if args.compile else model
-    ddp_model = DistributedDataParallel(compiled, device_ids=[device.index] if device.type == "cuda" else None)
-
     sampler = ResumableDistributedSampler(dataset, seed=args.seed)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
                         num_workers=args.num_workers, worker_init_fn=detach_from_terminal_signals,
                         pin_memory=device.type == "cuda" if args.pin_memory is None else args.pin_memory,
                         persistent_workers=args.persistent_workers and args.num_workers > 0)
-    stream = MicroBatchStream(loader, sampler, epoch, batches_done)
+    stream = MicroBatchStream(loader, sampler, epoch=0, batches_done=0)
+    state = TrainingState(model, optimizer, scaler, scheduler, stream, args, placement.world_size, control_group)
+    args.ckpt_dir.mkdir(parents=True, exist_ok=True)
+    resume_from_newest_checkpoint(state, args, placement, control_group)
 
     global_batch = args.batch_size * args.grad_accum * placement.world_size
-    reporter = (MetricsReporter(args.max_steps, global_batch, args.metrics_file, args.tensorboard_dir, device,
-                                flops_per_sample, peak) if placement.is_main else None)
+    reporter = (MetricsReporter(args.max_steps, global_batch, args.seq_len, args.metrics_file, args.tensorboard_dir,
+                                device, flops_per_sample, peak) if placement.is_main else None)
     if reporter:
-        print(f"training on {placement.world_size} rank(s), {device.type}, {dist.get_backend()}, "
-              f"{str(precision).removeprefix('torch.')}, {sum(p.numel() for p in model.parameters()):,} parameters, "
+        print(f"training {args.model} ({parameter_count:,} parameters) on {placement.world_size} rank(s) with "
+              f"{args.parallel}, {device.type}, {dist.get_backend()}, {str(precision).removeprefix('torch.')}, "
               f"global batch {global_batch}, {len(sampler) // args.batch_size} micro-batches per epoch per rank",
               flush=True)
-        reporter.restart_clock(step)
+        reporter.restart_clock(state.step)
 
-    last_saved_step, loss_sum = step, torch.zeros((), device=device)
-    while step < args.max_steps:
+    last_saved_step, loss_sum = state.step, torch.zeros((), device=device)
+    autocast = autocast_dtype(args.parallel, precision)
+    while state.step < args.max_steps:
         if stop.agreed_by_any_rank(control_group):  # every rank sees the same answer at the same step
             break
         lr = scheduler.get_last_lr()[0]
-        loss_sum += train_one_step(ddp_model, stream, optimizer, scaler, args, device, precision)
+        loss_sum += train_one_step(model, stream, optimizer, scaler, args, device, autocast)
         scheduler.step()
-        step += 1
-        if step % args.log_every == 0 or step == args.max_steps:
-            steps_in_window = step - reporter.window_start_step if reporter else 0
-            mean_loss = average_over_ranks(loss_sum, placement.world_size)  # a collective: every rank calls it
+        state.step += 1
+        if state.step % args.log_every == 0 or state.step == args.max_steps:
+            steps_in_window = state.step - reporter.window_start_step if reporter else 0
+            # A collective: every rank sends its loss and its peak memory.
+            mean_loss, memory_per_rank = gather_loss_and_memory(loss_sum, peak_memory_bytes(model, optimizer, device))
             if reporter:
-                reporter.report(step, stream.epoch, mean_loss / steps_in_window, lr)
+                reporter.report(state.step, stream.epoch, mean_loss / steps_in_window, lr, memory_per_rank)
             loss_sum.zero_()
-        if args.save_every and step % args.save_every == 0:
-            save_training_state(args, model, optimizer, scaler, scheduler, stream, step, placement, device,
-                                control_group)
-            last_saved_step = step
+        if args.save_every and state.step % args.save_every == 0:
+            save_training_state(state, args, placement, control_group)
+            last_saved_step = state.step
 
-    if step > last_saved_step:
-        save_training_state(args, model, optimizer, scaler, scheduler, stream, step, placement, device,
-                            control_group)
+    if state.step > last_saved_step:
+        save_training_state(state, args, placement, control_group)
     dist.barrier(group=control_group)  # nobody leaves while rank 0 may still be writing
     if reporter:
         reporter.close()
-        if step < args.max_steps:
+        if state.step < args.max_steps:
             why = stop.received or "a stop signal on another rank"
-            print(f"stopped by {why} at step {step}/{args.max_steps}; run the same command again to resume",
+            print(f"stopped by {why} at step {state.step}/{args.max_steps}; run the same command again to resume",
                   flush=True)
         else:
-            print(f"done: {step} steps, checkpoints in {args.ckpt_dir}", flush=True)
+            print(f"done: {state.step} steps, checkpoints in {args.ckpt_dir}", flush=True)
 
 
 def choose_precision(requested: str, device: torch.device) -> torch.dtype:
@@ -154,11 +158,23 @@ def choose_precision(requested: str, device: torch.device) -> torch.dtype:
 
 
 def build_dataset(args: argparse.Namespace) -> tuple[Dataset, int]:
-    """The training set and its number of classes: an image folder, or synthetic images."""
+    """The training set and its number of classes (0 for token data): tokens, an image folder, or images."""
+    if is_language_model(args.model):
+        if args.data_file is not None:
+            return TokenFile(args.data_file, args.seq_len), 0
+        return SyntheticTokens(args.synthetic_samples, args.seq_len, args.vocab_size, args.seed), 0
     if args.data_dir is not None:
         dataset = load_image_folder(str(args.data_dir), args.image_size)
         return dataset, len(dataset.classes)
     return SyntheticImages(args.synthetic_samples, args.image_size, args.num_classes, args.seed), args.num_classes
+
+
+def training_flops_per_sample(model: nn.Module, dataset: Dataset, args: argparse.Namespace,
+                              device: torch.device) -> int:
+    """FLOPs of one training sample, for MFU: the PaLM formula for a GPT, counted by running the CNN once."""
+    if is_language_model(args.model):
+        return flops_per_token(model, args.seq_len) * args.seq_len
+    return count_training_flops_per_sample(model, dataset[0][0].to(device))
 
 
 def warmup_then_cosine(step: int, warmup_steps: int, max_steps: int) -> float:
@@ -169,85 +185,112 @@ def warmup_then_cosine(step: int, warmup_steps: int, max_steps: int) -> float:
     return 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
 
 
-def train_one_step(ddp_model: DistributedDataParallel, stream: MicroBatchStream, optimizer: torch.optim.Optimizer,
+def train_one_step(model: nn.Module, stream: MicroBatchStream, optimizer: torch.optim.Optimizer,
                    scaler: torch.amp.GradScaler, args: argparse.Namespace, device: torch.device,
-                   precision: torch.dtype) -> torch.Tensor:
+                   autocast: torch.dtype | None) -> torch.Tensor:
     """One optimizer step over --grad-accum micro-batches; returns the step's loss, left on the device."""
     step_loss = torch.zeros((), device=device)
     for micro_step in range(args.grad_accum):
-        images, labels = stream.next_batch()
-        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-        is_last = micro_step == args.grad_accum - 1
-        # Gradients are all-reduced once per step, on the last micro-batch; before it they just add up.
-        with contextlib.nullcontext() if is_last else ddp_model.no_sync():
-            with torch.autocast(device.type, dtype=precision, enabled=precision != torch.float32):
-                loss = F.cross_entropy(ddp_model(images), labels) / args.grad_accum
+        inputs, targets = stream.next_batch()
+        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+        # Gradients are reduced once per step, on the last micro-batch; before it they just add up.
+        with gradient_sync(model, enabled=micro_step == args.grad_accum - 1):
+            with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
+                outputs = model(inputs)
+                # flatten: a GPT predicts every position of every sequence, a CNN one class per image
+                loss = F.cross_entropy(outputs.flatten(0, -2).float(), targets.flatten()) / args.grad_accum
             scaler.scale(loss).backward()
         step_loss += loss.detach()
     if args.grad_clip > 0:
         scaler.unscale_(optimizer)  # clip the real gradients, not the loss-scaled ones
-        nn.utils.clip_grad_norm_(ddp_model.parameters(), args.grad_clip)
+        clip_gradients(model, args.grad_clip)
     scaler.step(optimizer)  # skips the update if fp16 gradients overflowed
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return step_loss
 
 
-def average_over_ranks(value: torch.Tensor, world_size: int) -> float:
-    """VALUE averaged over all ranks (gloo has no AVG, so SUM and divide)."""
-    total = value.detach().clone()
-    dist.all_reduce(total)
-    return total.item() / world_size
+def gather_loss_and_memory(loss_sum: torch.Tensor, memory_bytes: int) -> tuple[float, list[int]]:
+    """The loss summed over ranks divided by the world size, and every rank's peak memory, in one collective."""
+    mine = torch.tensor([loss_sum.item(), float(memory_bytes)], dtype=torch.float64, device=loss_sum.device)
+    everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    return (sum(values[0].item() for values in everyone) / len(everyone),
+            [int(values[1].item()) for values in everyone])
 
 
-def save_training_state(args: argparse.Namespace, model: nn.Module, optimizer: torch.optim.Optimizer,
-                        scaler: torch.amp.GradScaler, scheduler: Any, stream: MicroBatchStream, step: int,
-                        placement: Placement, device: torch.device, control_group: dist.ProcessGroup) -> None:
-    """Everything a restart needs to continue exactly here; all ranks call it, rank 0 writes it."""
-    rng_states: list[Any] = [None] * placement.world_size
-    dist.all_gather_object(rng_states, capture_rng_state(device), group=control_group)
-    if not placement.is_main:
-        return
-    state = {
-        "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-        "scheduler": scheduler.state_dict(), "step": step, "epoch": stream.epoch,
-        # Samples of this epoch all ranks consumed: a restart with another world size maps it back.
-        "samples_in_epoch": stream.batches_done * args.batch_size * placement.world_size,
-        "rng": rng_states, "config": {name: str(value) for name, value in vars(args).items()},
-    }
-    path = checkpoint_path(args.ckpt_dir, step)
-    started = time.perf_counter()
-    save_checkpoint_atomically(state, path)
-    remove_old_checkpoints(args.ckpt_dir, args.keep)
-    print(f"saved checkpoint {path} in {time.perf_counter() - started:.3f} s", flush=True)
+def peak_memory_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> int:
+    """This rank's peak memory: the GPU's max allocated, or on CPU the training state the rank holds."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return state_bytes(model, optimizer)
 
 
-def resume_from_newest_checkpoint(args: argparse.Namespace, model: nn.Module, optimizer: torch.optim.Optimizer,
-                                  scaler: torch.amp.GradScaler, scheduler: Any, placement: Placement,
-                                  device: torch.device, control_group: dist.ProcessGroup) -> tuple[int, int, int]:
-    """Loads the newest readable checkpoint into the training objects; returns (step, epoch, batches done).
+def save_training_state(state: TrainingState, args: argparse.Namespace, placement: Placement,
+                        control_group: dist.ProcessGroup) -> None:
+    """Everything a restart needs to continue exactly here; all ranks call it.
 
-    A fresh --ckpt-dir starts at (0, 0, 0). Every rank loads the file itself; the ranks then check they
-    found the same step, which fails when --ckpt-dir is not shared between nodes.
+    DDP: rank 0 writes one file. FSDP: every rank writes its shards into one folder. A full disk ends
+    the job on every rank with one line, since training on without checkpoints would lose the work the
+    next restart expects to find.
     """
-    state = load_newest_checkpoint(pathlib.Path(args.ckpt_dir), warn=placement.is_main)
-    found_steps: list[Any] = [None] * placement.world_size
-    dist.all_gather_object(found_steps, state["step"] if state else 0, group=control_group)
-    if len(set(found_steps)) > 1:
-        sys.exit(f"ranks found different checkpoints (steps {found_steps}): --ckpt-dir must be shared by all nodes")
-    if state is None:
-        return 0, 0, 0
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scaler.load_state_dict(state["scaler"])
-    scheduler.load_state_dict(state["scheduler"])
-    if len(state["rng"]) == placement.world_size:  # per-rank streams only map onto the same world size
-        restore_rng_state(state["rng"][placement.rank], device)
-    batches_done = state["samples_in_epoch"] // (args.batch_size * placement.world_size)
+    sharded = args.parallel == "fsdp"
+    path = checkpoint_path(args.ckpt_dir, state.step, sharded)
+    started = time.perf_counter()
+    snapshot = state.state_dict()
+    problem: list[str | None] = [None]
+    try:
+        if sharded:
+            save_sharded_checkpoint(snapshot, path, placement.is_main, control_group)
+        elif placement.is_main:
+            save_checkpoint_atomically(snapshot, path)
+    except CheckpointWriteError as error:
+        problem[0] = str(error)
+    if not sharded:  # only rank 0 knows how its write went; sharded saves fail on every rank alike
+        dist.broadcast_object_list(problem, src=0, group=control_group)
+    if problem[0]:
+        exit_with_error(problem[0], placement, status=1)
     if placement.is_main:
-        print(f"resumed from {state['path']}: step {state['step']}, epoch {state['epoch']}, "
-              f"{state['samples_in_epoch']} samples into the epoch", flush=True)
-    return state["step"], state["epoch"], batches_done
+        remove_old_checkpoints(args.ckpt_dir, args.keep, state.step)
+        print(f"saved checkpoint {path} in {time.perf_counter() - started:.3f} s", flush=True)
+
+
+def exit_with_error(message: str, placement: Placement, status: int) -> NoReturn:
+    """Ends this rank with STATUS; rank 0 prints MESSAGE as the one line the user reads."""
+    if placement.is_main:
+        print(f"train_ddp.py: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(status)
+
+
+def resume_from_newest_checkpoint(state: TrainingState, args: argparse.Namespace, placement: Placement,
+                                  control_group: dist.ProcessGroup) -> None:
+    """Loads the newest readable checkpoint in --ckpt-dir into STATE; a fresh folder leaves it at step 0.
+
+    Every rank reads the checkpoint itself (a file, or the parts of a sharded folder it needs); the
+    ranks then check they found the same step, which fails when --ckpt-dir is not shared between nodes.
+    """
+    def check_config(saved_config: dict[str, str]) -> str | None:
+        change = describe_model_change(saved_config, args)
+        return change and (f"--ckpt-dir {args.ckpt_dir} holds a checkpoint of another model ({change}): "
+                           f"use the same flags to resume, or another --ckpt-dir to start afresh")
+
+    started = time.perf_counter()
+    try:
+        loaded = load_newest_checkpoint(args.ckpt_dir, state.state_dict, check_config, placement.is_main)
+    except IncompatibleCheckpoint as error:  # same answer on every rank: they read the same config
+        exit_with_error(str(error), placement, status=2)
+    found_steps: list[Any] = [None] * placement.world_size
+    dist.all_gather_object(found_steps, loaded["step"] if loaded else 0, group=control_group)
+    if len(set(found_steps)) > 1:
+        exit_with_error(f"ranks found different checkpoints (steps {found_steps}): --ckpt-dir must be shared "
+                        f"by all nodes", placement, status=1)
+    if loaded is None:
+        return
+    state.load_state_dict(loaded)
+    if placement.is_main:
+        print(f"resumed from {loaded['path']}: step {loaded['step']}, epoch {loaded['epoch']}, "
+              f"{loaded['samples_in_epoch']} samples into the epoch, loaded in {time.perf_counter() - started:.3f} s",
+              flush=True)
 
 
 if __name__ == "__main__":

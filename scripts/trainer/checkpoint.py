@@ -1,82 +1,239 @@
 """Checkpoints that survive crashes: written atomically, pruned to the newest few, loaded safely.
 
-A checkpoint is one `step_NNNNNN.pt` file. It is written under a temporary name, fsynced and then
-renamed, so a reader sees either the whole previous file set or the whole new file, never half of
-one. Loading uses `weights_only=True`, so a checkpoint file can never run code; everything in it is
-therefore tensors and plain Python values.
+Two layouts, one per parallelism, and either can be resumed by either:
+  * `step_NNNNNN.pt` (DDP): one file, the full state, written by rank 0.
+  * `step_NNNNNN/` (FSDP): a torch.distributed.checkpoint folder in which every rank writes its own
+    shards of the model and optimizer, plus `training_state.pt` (schedule, data position, RNG, config)
+    from rank 0. Loading reshards to whatever the current ranks hold, so a job saved at 4 ranks
+    resumes at 2, and a DDP file resumes under FSDP.
+Both are written under a fresh temporary name, fsynced and then renamed in one step, so a reader sees
+either a whole checkpoint or none. Files are loaded with `weights_only=True`, so a `.pt` file can never
+run code. The `.metadata` file of a sharded checkpoint is a pickle, as torch.distributed.checkpoint
+writes it: resume only from folders you trust.
 """
 from __future__ import annotations
 
+import errno
 import os
 import pathlib
 import re
+import secrets
+import shutil
+from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
-CHECKPOINT_NAME = re.compile(r"^step_(\d+)\.pt$")
+CHECKPOINT_NAME = re.compile(r"^step_(\d+)(\.pt)?$")
+SHARDED_KEYS = ("model", "optimizer")  # what every rank writes its own part of, in a sharded checkpoint
+TRAINING_STATE_FILE = "training_state.pt"  # the rest of a sharded checkpoint, small, from rank 0
 
 
-def checkpoint_path(ckpt_dir: pathlib.Path, step: int) -> pathlib.Path:
-    return ckpt_dir / f"step_{step:06d}.pt"
+def checkpoint_path(ckpt_dir: pathlib.Path, step: int, sharded: bool) -> pathlib.Path:
+    return ckpt_dir / (f"step_{step:06d}" if sharded else f"step_{step:06d}.pt")
+
+
+def checkpoint_step(path: pathlib.Path) -> int:
+    return int(CHECKPOINT_NAME.match(path.name)[1])
 
 
 def list_checkpoints_newest_first(ckpt_dir: pathlib.Path) -> list[pathlib.Path]:
-    """The complete checkpoint files in CKPT_DIR (temporary files excluded), newest step first."""
-    found = [(int(match[1]), path) for path in ckpt_dir.glob("step_*.pt")
-             if (match := CHECKPOINT_NAME.match(path.name))]
-    return [path for _, path in sorted(found, reverse=True)]
+    """The checkpoints in CKPT_DIR, files and folders (temporary ones excluded), newest step first."""
+    found = [path for path in ckpt_dir.glob("step_*") if CHECKPOINT_NAME.match(path.name)]
+    return sorted(found, key=checkpoint_step, reverse=True)
 
 
 def save_checkpoint_atomically(state: dict[str, Any], path: pathlib.Path) -> None:
-    """Writes STATE to PATH so that a crash at any moment leaves either no file or a complete one."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "wb") as file:
-        torch.save(state, file)
-        file.flush()
-        os.fsync(file.fileno())  # the bytes are on disk before the name points at them
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
+    """Writes STATE to PATH so that a crash at any moment leaves either no file or a complete one.
+
+    The temporary file gets a fresh random name and is created exclusively (O_EXCL), so a file or a
+    symlink someone planted in a shared checkpoint folder is never opened, let alone written through.
+    Raises CheckpointWriteError, with the partial file removed, when the disk is full.
+    """
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask
     try:
-        os.fsync(directory)  # and the rename itself survives a power loss
+        with os.fdopen(descriptor, "wb") as file:
+            torch.save(state, file)
+            file.flush()
+            os.fsync(file.fileno())  # the bytes are on disk before the name points at them
+        os.replace(temporary, path)
+    except Exception as error:
+        temporary.unlink(missing_ok=True)
+        raise_if_out_of_space(error, path)
+        raise
+    fsync_directory(path.parent)  # and the rename itself survives a power loss
+
+
+class CheckpointWriteError(Exception):
+    """A checkpoint could not be written for a reason the user can fix (a full disk); one line says which."""
+
+
+OUT_OF_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # full disk, full quota, file size limit
+
+
+def raise_if_out_of_space(error: BaseException, path: pathlib.Path) -> None:
+    """Raises CheckpointWriteError when ERROR comes from running out of space while writing PATH.
+
+    torch.save reports a failed write as a RuntimeError of its zip writer, and torch.distributed.checkpoint
+    as a CheckpointException listing every rank's error; the OSError that says why is inside them.
+    """
+    cause = out_of_space_cause(error)
+    if cause is not None:
+        raise CheckpointWriteError(f"no space left writing {path} ({cause.strerror}); free some space "
+                                   f"or point --ckpt-dir at a larger disk") from error
+
+
+def out_of_space_cause(error: BaseException | None) -> OSError | None:
+    """The out-of-space OSError behind ERROR: in its chain of causes, or on any rank of a CheckpointException."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in OUT_OF_SPACE:
+            return error
+        if isinstance(error, CheckpointException):
+            causes = (out_of_space_cause(failure) for failure, _ in error.failures.values())
+            return next((cause for cause in causes if cause is not None), None)
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def fsync_directory(directory: pathlib.Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
     finally:
-        os.close(directory)
+        os.close(descriptor)
 
 
-def remove_old_checkpoints(ckpt_dir: pathlib.Path, keep: int) -> None:
-    """Deletes all but the KEEP newest checkpoints, and temporary files an earlier crash left behind."""
-    for stale in [*list_checkpoints_newest_first(ckpt_dir)[keep:], *ckpt_dir.glob(".step_*.pt.tmp")]:
-        stale.unlink(missing_ok=True)
+def save_sharded_checkpoint(state: dict[str, Any], path: pathlib.Path, is_main: bool,
+                            group: dist.ProcessGroup) -> None:
+    """Writes STATE as the folder PATH; every rank calls it and writes its own shards.
+
+    Rank 0 creates a fresh temporary folder (mkdir fails on any existing name, a planted link included)
+    and tells the others its name; all ranks write into it; torch.distributed.checkpoint's last step
+    has rank 0 write the metadata once every rank has finished. Only then does rank 0 add the training
+    state and rename the folder, so a crash at any moment leaves no folder or a complete one.
+    Raises CheckpointWriteError on every rank, with the temporary folder removed, when a disk is full.
+    """
+    announced: list[Any] = [None]
+    if is_main:
+        announced[0] = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        os.mkdir(announced[0])
+    dist.broadcast_object_list(announced, src=0, group=group)
+    temporary: pathlib.Path = announced[0]
+    try:
+        dcp.save({key: state[key] for key in SHARDED_KEYS}, checkpoint_id=temporary)
+    except CheckpointException as error:  # every rank gets the same one: DCP gathers all ranks' failures
+        if is_main:
+            shutil.rmtree(temporary, ignore_errors=True)
+        raise_if_out_of_space(error, path)
+        raise
+    problem: list[str | None] = [None]
+    if is_main:
+        try:
+            save_checkpoint_atomically({key: value for key, value in state.items() if key not in SHARDED_KEYS},
+                                       temporary / TRAINING_STATE_FILE)
+            fsync_directory(temporary)
+            os.rename(temporary, path)
+            fsync_directory(path.parent)
+        except CheckpointWriteError as error:
+            shutil.rmtree(temporary, ignore_errors=True)
+            problem[0] = str(error).replace(str(temporary / TRAINING_STATE_FILE), str(path))
+    dist.broadcast_object_list(problem, src=0, group=group)
+    if problem[0]:
+        raise CheckpointWriteError(problem[0])
 
 
-def load_newest_checkpoint(ckpt_dir: pathlib.Path, warn: bool) -> dict[str, Any] | None:
-    """Loads the newest checkpoint that reads back whole; an unreadable one is reported and skipped.
+def remove_old_checkpoints(ckpt_dir: pathlib.Path, keep: int, saved_step: int) -> None:
+    """Deletes all but the KEEP newest checkpoints up to SAVED_STEP, and temporary files of earlier crashes.
 
-    Returns None when CKPT_DIR holds no usable checkpoint (a fresh start). WARN says whether this
-    rank reports skipped files, so a multi-rank job reports each once.
+    Checkpoints numbered above the one just saved are left alone: they can only be files this run could
+    not read (moved aside when it started) or another job's, and counting them would delete what we saved.
+    """
+    ours = [path for path in list_checkpoints_newest_first(ckpt_dir) if checkpoint_step(path) <= saved_step]
+    for stale in [*ours[keep:], *ckpt_dir.glob(".step_*.tmp")]:
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
+class IncompatibleCheckpoint(Exception):
+    """The newest checkpoint belongs to another model: resuming would fail or silently change the run."""
+
+
+def load_newest_checkpoint(ckpt_dir: pathlib.Path, template: Callable[[], dict[str, Any]],
+                           check_config: Callable[[dict[str, str]], str | None],
+                           is_main: bool) -> dict[str, Any] | None:
+    """The state of the newest checkpoint that reads back whole; unreadable ones are moved aside and skipped.
+
+    TEMPLATE gives the current state dict, into which a sharded checkpoint's tensors are loaded (full
+    tensors under DDP, this rank's shards under FSDP: DCP reshards on the way). CHECK_CONFIG returns a
+    problem when the checkpoint's config cannot be resumed with the current flags; that raises
+    IncompatibleCheckpoint before any tensor is loaded. Returns None when nothing is usable (a fresh
+    start). All ranks call this together: loading a sharded checkpoint is collective.
     """
     for path in list_checkpoints_newest_first(ckpt_dir):
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as error:  # truncated, corrupt or foreign: any failure means "not usable"
-            if warn:
-                reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-                print(f"warning: checkpoint {path} is unreadable ({reason}); trying the previous one", flush=True)
+            state = read_checkpoint(path, template, check_config)
+        except IncompatibleCheckpoint:
+            raise
+        except (Exception, CheckpointException) as error:  # truncated, missing, corrupt: "not usable"
+            if is_main:
+                move_aside(path, error)
             continue
         state["path"] = str(path)
         return state
     return None
 
 
-def capture_rng_state(device: torch.device) -> dict[str, torch.Tensor]:
-    """This process's torch RNG states as tensors (the only RNGs the trainer draws from)."""
-    state = {"cpu": torch.get_rng_state()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
+def read_checkpoint(path: pathlib.Path, template: Callable[[], dict[str, Any]],
+                    check_config: Callable[[dict[str, str]], str | None]) -> dict[str, Any]:
+    if not path.is_dir():
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        problem = check_config(state["config"])
+        if problem:
+            raise IncompatibleCheckpoint(problem)
+        return state
+    missing = missing_shard(path)
+    if missing:
+        raise FileNotFoundError(missing)
+    state = torch.load(path / TRAINING_STATE_FILE, map_location="cpu", weights_only=True)
+    problem = check_config(state["config"])
+    if problem:
+        raise IncompatibleCheckpoint(problem)
+    tensors = {key: value for key, value in template().items() if key in SHARDED_KEYS}
+    dcp.load(tensors, checkpoint_id=path)  # fills TENSORS in place, reading the parts this rank holds
+    return {**state, **tensors}
 
 
-def restore_rng_state(state: dict[str, torch.Tensor], device: torch.device) -> None:
-    torch.set_rng_state(state["cpu"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
+def missing_shard(path: pathlib.Path) -> str | None:
+    """What is missing or cut short in the sharded checkpoint PATH, or None when every byte is there.
+
+    The metadata lists, for every tensor, the file, offset and length of its bytes; a file shorter than
+    that is truncated. This costs a stat per file, reads no tensor, and gives every rank the same answer.
+    """
+    metadata = dcp.FileSystemReader(path).read_metadata()
+    needed: dict[str, int] = {}
+    for item in metadata.storage_data.values():
+        needed[item.relative_path] = max(needed.get(item.relative_path, 0), item.offset + item.length)
+    for name, size in sorted(needed.items()):
+        shard = path / name
+        if not shard.is_file():
+            return f"shard {name} is missing"
+        if shard.stat().st_size < size:
+            return f"shard {name} is truncated ({shard.stat().st_size} of {size} bytes)"
+    if not (path / TRAINING_STATE_FILE).is_file():
+        return f"{TRAINING_STATE_FILE} is missing"
+    return None
+
+
+def move_aside(path: pathlib.Path, error: BaseException) -> None:
+    """Renames an unreadable checkpoint (file or folder) to PATH.corrupt, with one line saying why."""
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    corrupt = path.with_name(f"{path.name}.corrupt")
+    path.replace(corrupt)
+    print(f"warning: checkpoint {path} is unreadable ({reason}); moved {path} aside to {corrupt} "
+          f"and trying the previous one", flush=True)

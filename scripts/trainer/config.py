@@ -12,10 +12,12 @@ import pathlib
 import shutil
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from trainer.cli import OneLineErrorParser
-from trainer.model import MODEL_SIZES
+from trainer.gpt import DEFAULT_VOCAB_SIZE, GPT_SIZES
+from trainer.model import MODEL_NAMES, is_language_model
 
 
 def bounded(kind: type, is_valid: Callable[[float], bool], description: str) -> Callable[[str], int | float]:
@@ -42,9 +44,10 @@ positive_float = bounded(float, lambda value: math.isfinite(value) and value > 0
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="train_ddp.py", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        description="Sample DistributedDataParallel trainer. Run it with `torchrun --nproc-per-node=N "
-                    "train_ddp.py` (or plain `python train_ddp.py` for one process). It resumes from the "
-                    "newest checkpoint in --ckpt-dir and stops cleanly, with a checkpoint, on SIGTERM/SIGINT.")
+        description="Sample distributed trainer (DDP or FSDP) for a residual CNN or a GPT-2 style Transformer. "
+                    "Run it with `torchrun --nproc-per-node=N train_ddp.py` (or plain `python train_ddp.py` for "
+                    "one process). It resumes from the newest checkpoint in --ckpt-dir and stops cleanly, with "
+                    "a checkpoint, on SIGTERM/SIGINT. DDP or FSDP? See docs/training.md.")
     run = parser.add_argument_group("training")
     run.add_argument("--max-steps", type=positive_int, default=1000, help="optimizer steps to train in total")
     run.add_argument("--batch-size", type=positive_int, default=32,
@@ -60,21 +63,43 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
                      help="bf16 autocast, fp16 autocast with a gradient scaler, or fp32; "
                           "auto = bf16 on GPUs that support it, fp16 on older GPUs, fp32 on CPU")
-    run.add_argument("--compile", action="store_true", help="compile the model with torch.compile")
+    run.add_argument("--compile", action="store_true",
+                     help="compile with torch.compile: each Transformer block on its own (the whole CNN)")
+    run.add_argument("--parallel", choices=["ddp", "fsdp"], default="ddp",
+                     help="ddp: a full copy of the model per rank, checkpoints in one file; fsdp (GPT models): "
+                          "FSDP2 shards parameters, gradients and optimizer state over the ranks per block, "
+                          "bf16 parameters with fp32 gradient reduction under --precision bf16, sharded "
+                          "checkpoints that resume at any world size")
+    run.add_argument("--activation-checkpointing", action="store_true",
+                     help="GPT models: keep only each block's input and recompute its activations in backward "
+                          "(less memory for about a third more compute)")
     run.add_argument("--seed", type=non_negative_int, default=1337,
                      help="seed of the data, the initial weights and (plus the rank) each rank's RNG")
 
     model = parser.add_argument_group("model and data")
-    model.add_argument("--model", choices=sorted(MODEL_SIZES), default="small", help="size of the residual CNN")
+    model.add_argument("--model", choices=MODEL_NAMES, default="small",
+                       help="tiny/small/base: the residual CNN on images; gpt-tiny (0.5M parameters, for CPU "
+                            "tests), gpt2-small (124M), gpt2-medium (350M), gpt2-large (774M): GPT-2 style "
+                            "Transformers on tokens")
+    model.add_argument("--seq-len", type=positive_int, default=None,
+                       help="GPT models: tokens per sample (context length); default: the model's maximum, "
+                            f"{GPT_SIZES['gpt-tiny'].max_seq_len} for gpt-tiny, 1024 for GPT-2")
+    model.add_argument("--vocab-size", type=bounded(int, lambda value: 2 <= value <= 65536, "an integer 2..65536"),
+                       default=None, help="GPT models: vocabulary size; default 256 (bytes) for gpt-tiny, 50304 "
+                                          "(GPT-2's 50257 padded to a multiple of 64) for GPT-2")
+    model.add_argument("--data-file", type=pathlib.Path, default=None,
+                       help="GPT models: train on a flat file of uint16 token ids (nanoGPT's train.bin; "
+                            "prepare_text.py makes one from text) instead of synthetic tokens")
     model.add_argument("--image-size", type=bounded(int, lambda value: value >= 8, "an integer >= 8"), default=32,
                        help="side of the square input images, in pixels")
     model.add_argument("--data-dir", type=pathlib.Path, default=None,
                        help="train on an image folder (one sub-folder per class, needs torchvision) "
                             "instead of the synthetic dataset")
     model.add_argument("--synthetic-samples", type=positive_int, default=16384,
-                       help="size of the synthetic dataset (made from --seed, nothing is downloaded)")
+                       help="size of the synthetic dataset, images or token sequences (made from --seed, "
+                            "nothing is downloaded)")
     model.add_argument("--num-classes", type=bounded(int, lambda value: value >= 2, "an integer >= 2"), default=10,
-                       help="classes of the synthetic dataset")
+                       help="CNN: classes of the synthetic dataset")
     model.add_argument("--num-workers", type=non_negative_int, default=2,
                        help="DataLoader worker processes per rank; 0 loads in the training process")
     model.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=None,
@@ -116,19 +141,94 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
         return "--precision bf16: this GPU has no bf16 support; use --precision fp16"
     if args.compile and not on_gpu and not shutil.which(os.environ.get("CXX", "g++")):
         return "--compile on CPU needs a C++ compiler (g++), which is not installed; drop --compile"
+    problem = check_model_flags(args, world_size) if is_language_model(args.model) else check_cnn_flags(args)
+    if problem:
+        return problem
+    if args.parallel == "fsdp" and args.precision == "fp16":
+        return ("--parallel fsdp with --precision fp16: fp16 needs a sharded gradient scaler, which this "
+                "trainer does not have; use --precision bf16")
     if args.data_dir is not None:
         if importlib.util.find_spec("torchvision") is None:
             return "--data-dir needs torchvision, which is not installed; pip install torchvision or drop --data-dir"
         if not args.data_dir.is_dir():
             return f"--data-dir {args.data_dir} is not a directory"
-    elif args.synthetic_samples < args.batch_size * world_size:
+    elif args.data_file is None and args.synthetic_samples < args.batch_size * world_size:
         return (f"--synthetic-samples {args.synthetic_samples} is smaller than one batch on every rank "
                 f"({args.batch_size} x {world_size} ranks); raise it or lower --batch-size")
     if args.tensorboard_dir is not None and importlib.util.find_spec("tensorboard") is None:
         return "--tensorboard-dir needs tensorboard, which is not installed; pip install tensorboard or drop it"
-    if args.metrics_file is not None and not args.metrics_file.parent.is_dir():
-        return f"--metrics-file {args.metrics_file}: directory {args.metrics_file.parent} does not exist"
+    if args.metrics_file is not None:
+        problem = check_metrics_file(args.metrics_file)
+        if problem:
+            return problem
     return check_ckpt_dir(args.ckpt_dir)
+
+
+def check_metrics_file(path: pathlib.Path) -> str | None:
+    """A problem that would stop rank 0 appending to PATH, found by opening it as the reporter will.
+
+    Opening is the only check that tells the truth for root, network file systems and read-only mounts;
+    a file that did not exist is removed again, so a rejected run leaves nothing behind.
+    """
+    if not path.parent.is_dir():
+        return f"--metrics-file {path}: directory {path.parent} does not exist"
+    if path.is_dir():
+        return f"--metrics-file {path} is a directory; name a file in it, e.g. {path / 'metrics.jsonl'}"
+    existed = path.exists()
+    try:
+        open(path, "a").close()
+    except OSError as error:
+        return f"--metrics-file {path} cannot be written ({error.strerror}); choose a writable path"
+    if not existed:
+        path.unlink()
+    return None
+
+
+def check_cnn_flags(args: argparse.Namespace) -> str | None:
+    """Flags that only the GPT models take, given with the CNN."""
+    for flag, value in [("--seq-len", args.seq_len), ("--vocab-size", args.vocab_size),
+                        ("--data-file", args.data_file), ("--activation-checkpointing", args.activation_checkpointing),
+                        ("--parallel fsdp", args.parallel == "fsdp")]:
+        if value:
+            return f"{flag} is for the GPT models (--model {'/'.join(GPT_SIZES)}), not the CNN --model {args.model}"
+    return None
+
+
+def check_model_flags(args: argparse.Namespace, world_size: int) -> str | None:
+    """GPT flags: fills in the model's defaults for --seq-len and --vocab-size, and checks --data-file."""
+    max_seq_len = GPT_SIZES[args.model].max_seq_len
+    args.seq_len = args.seq_len or max_seq_len
+    args.vocab_size = args.vocab_size or DEFAULT_VOCAB_SIZE[args.model]
+    if args.seq_len > max_seq_len:
+        return f"--seq-len {args.seq_len} is longer than {args.model}'s context of {max_seq_len} tokens; lower it"
+    if args.data_dir is not None:
+        return f"--data-dir is an image folder for the CNN; --model {args.model} reads tokens: use --data-file"
+    if args.data_file is None:
+        return None
+    return check_token_file(args.data_file, args.seq_len, args.vocab_size, args.batch_size * world_size)
+
+
+def check_token_file(path: pathlib.Path, seq_len: int, vocab_size: int, samples_per_step: int) -> str | None:
+    """A problem with PATH as uint16 token data for windows of SEQ_LEN tokens, or None.
+
+    It reads the whole file once (memory-mapped) for the largest token id, since a token outside the
+    vocabulary would otherwise fail deep inside the embedding, on the GPU as an unreadable device assert.
+    """
+    if not path.is_file():
+        return f"--data-file {path} is not a file"
+    size = path.stat().st_size
+    if size % 2:
+        return (f"--data-file {path} is not whole uint16 tokens ({size} bytes, an odd number); "
+                f"make it with prepare_text.py")
+    windows = (size // 2 - 1) // seq_len
+    if windows < samples_per_step:
+        return (f"--data-file {path} holds {windows} windows of --seq-len {seq_len} tokens, fewer than one batch "
+                f"on every rank ({samples_per_step}); use more text, a shorter --seq-len or a smaller --batch-size")
+    largest = int(np.memmap(path, dtype=np.uint16, mode="r").max())
+    if largest >= vocab_size:
+        return (f"--data-file {path} holds token id {largest}, outside --vocab-size {vocab_size}; "
+                f"raise --vocab-size above it")
+    return None
 
 
 def check_ckpt_dir(ckpt_dir: pathlib.Path) -> str | None:
@@ -141,8 +241,27 @@ def check_ckpt_dir(ckpt_dir: pathlib.Path) -> str | None:
     return None
 
 
+# Flags that decide the model's parameter shapes: a checkpoint made with other values cannot be resumed.
+CNN_SHAPE_FLAGS = ("model", "num_classes", "data_dir")
+GPT_SHAPE_FLAGS = ("model", "vocab_size")
+
+
+def describe_model_change(saved_config: dict[str, str], args: argparse.Namespace) -> str:
+    """The shape-deciding flags that differ between a checkpoint's config and ARGS, as flags to read; or ''."""
+    shape_flags = GPT_SHAPE_FLAGS if is_language_model(args.model) else CNN_SHAPE_FLAGS
+    changed = [name for name in shape_flags if saved_config.get(name) != str(getattr(args, name))]
+    if not changed:
+        return ""
+    flags = ["--" + name.replace("_", "-") for name in changed]
+    return (", ".join(f"{flag} {saved_config.get(name)}" for flag, name in zip(flags, changed)) + "; now "
+            + ", ".join(f"{flag} {getattr(args, name)}" for flag, name in zip(flags, changed)))
+
+
 def parse_config(argv: Sequence[str] | None, world_size: int) -> argparse.Namespace:
-    """Parsed, checked flags; exits with one line on stderr (status 2) at the first bad value."""
+    """Parsed, checked flags; exits with one line on stderr (status 2) at the first bad value.
+
+    For the GPT models, --seq-len and --vocab-size come back filled in with the model's defaults.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     problem = check_compatible(args, world_size)

@@ -1,14 +1,18 @@
 """Datasets and the resumable sampling that lets a restarted run continue mid-epoch.
 
-The synthetic dataset needs no download and is a pure function of (seed, sample index), so every
-rank, every restart and the single-process reference see the same images in the same order.
+The synthetic datasets need no download and are pure functions of (seed, sample index), so every
+rank, every restart and the single-process reference see the same samples in the same order. Token
+data is cut into windows of --seq-len tokens; the sampler shuffles windows, so a checkpoint's data
+position is a window index, just as it is an image index for the CNN.
 """
 from __future__ import annotations
 
 import itertools
 import os
+import pathlib
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
@@ -33,6 +37,49 @@ class SyntheticImages(Dataset):
         label = int(torch.randint(len(self.prototypes), (1,), generator=rng))
         noise = torch.randn(self.prototypes.shape[1:], generator=rng)
         return self.prototypes[label] + NOISE_SCALE * noise, label
+
+
+# Each synthetic token is the previous one plus a random step of 1 to SYNTHETIC_BRANCHES (mod the
+# vocabulary): a model that learns this rule gets the loss down from ln(vocab) to ln(SYNTHETIC_BRANCHES),
+# and it takes real training steps to get there.
+SYNTHETIC_BRANCHES = 4
+
+
+class SyntheticTokens(Dataset):
+    """Windows of SEQ_LEN + 1 tokens from a deterministic random walk; input and next-token target."""
+
+    def __init__(self, num_samples: int, seq_len: int, vocab_size: int, seed: int) -> None:
+        self.num_samples, self.seq_len, self.vocab_size, self.seed = num_samples, seq_len, vocab_size, seed
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rng = torch.Generator().manual_seed(self.seed * 1_000_003 + index + 1)
+        start = torch.randint(self.vocab_size, (1,), generator=rng)
+        steps = torch.randint(1, SYNTHETIC_BRANCHES + 1, (self.seq_len,), generator=rng)
+        tokens = torch.cat([start, start + steps.cumsum(0)]) % self.vocab_size
+        return tokens[:-1], tokens[1:]
+
+
+class TokenFile(Dataset):
+    """Non-overlapping windows of a flat uint16 token file (nanoGPT's train.bin), memory-mapped.
+
+    Window i is tokens [i * SEQ_LEN, (i + 1) * SEQ_LEN] (one more for the last target), so the file is
+    read where the sampler points and never loaded whole; every rank maps the same file.
+    """
+
+    def __init__(self, path: pathlib.Path, seq_len: int) -> None:
+        self.tokens = np.memmap(path, dtype=np.uint16, mode="r")
+        self.seq_len = seq_len
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - 1) // self.seq_len
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = index * self.seq_len
+        window = torch.from_numpy(self.tokens[start:start + self.seq_len + 1].astype(np.int64))
+        return window[:-1], window[1:]
 
 
 def load_image_folder(root: str, image_size: int) -> Dataset:

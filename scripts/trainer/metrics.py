@@ -1,7 +1,9 @@
 """What rank 0 reports: a human progress line, JSON lines for machines, TensorBoard when asked.
 
-Throughput, step time and MFU are averaged over the steps since the previous report, measured by
-wall clock, so checkpoint writes and data stalls count against them as they would in real time.
+Throughput (samples/s, and tokens/s for the GPT models), step time and MFU are averaged over the steps
+since the previous report, measured by wall clock, so checkpoint writes and data stalls count against
+them as they would in real time. Memory is each rank's peak: on a GPU the most it allocated, on a CPU
+the bytes of parameters, gradients and optimizer state it holds (under FSDP, its shards).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils.flop_counter import FlopCounterMode
 
 # Dense bf16 peak of common data-centre GPUs, TFLOP/s; --peak-tflops overrides it. Matched by substring
@@ -39,13 +42,26 @@ def count_training_flops_per_sample(model: nn.Module, sample: torch.Tensor) -> i
     return counter.get_total_flops()
 
 
+def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of parameters, gradients (as large as the parameters) and optimizer state on this rank."""
+    def local_bytes(tensor: torch.Tensor) -> int:
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor  # FSDP: this rank's shard only
+        return local.numel() * local.element_size()
+
+    parameters = sum(local_bytes(parameter) for parameter in model.parameters())
+    optimizer_state = sum(local_bytes(value) for state in optimizer.state.values() for value in state.values()
+                          if isinstance(value, torch.Tensor))
+    return 2 * parameters + optimizer_state
+
+
 class MetricsReporter:
     """Prints progress lines and writes one JSON object per report; used on rank 0 only."""
 
-    def __init__(self, max_steps: int, global_batch: int, metrics_file: str | None,
+    def __init__(self, max_steps: int, global_batch: int, tokens_per_sample: int | None, metrics_file: str | None,
                  tensorboard_dir: str | None, device: torch.device, flops_per_sample: int | None,
                  peak: float | None) -> None:
         self.max_steps, self.global_batch, self.device = max_steps, global_batch, device
+        self.tokens_per_sample = tokens_per_sample
         self.flops_per_sample, self.peak = flops_per_sample, peak
         self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
         self.metrics = open(metrics_file, "a", buffering=1) if metrics_file else None  # line-buffered
@@ -59,24 +75,27 @@ class MetricsReporter:
         """Starts a new averaging window at STEP (after start-up, resume or a report)."""
         self.window_start_step, self.window_start_time = step, time.perf_counter()
 
-    def report(self, step: int, epoch: int, loss: float, lr: float) -> None:
+    def report(self, step: int, epoch: int, loss: float, lr: float, memory_per_rank: list[int]) -> None:
         elapsed = time.perf_counter() - self.window_start_time
         steps = max(step - self.window_start_step, 1)
         record: dict[str, Any] = {
             "step": step, "epoch": epoch, "loss": loss, "lr": lr,
             "samples_per_sec": steps * self.global_batch / elapsed, "step_time_ms": 1000 * elapsed / steps,
             "restart_count": self.restart_count,
+            "max_memory_gib": max(memory_per_rank) / 2**30,
+            "memory_gib_per_rank": [round(value / 2**30, 4) for value in memory_per_rank],
         }
+        if self.tokens_per_sample:
+            record["tokens_per_sec"] = record["samples_per_sec"] * self.tokens_per_sample
         if self.flops_per_sample and self.peak:
-            record["mfu"] = record["samples_per_sec"] * self.flops_per_sample / self.peak
-        if self.device.type == "cuda":
-            record["max_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            # MFU of one device: the whole job's useful FLOP/s over the peak of all its devices.
+            record["mfu"] = record["samples_per_sec"] * self.flops_per_sample / (self.peak * len(memory_per_rank))
         print(self.progress_line(record), flush=True)
         if self.metrics:
             self.metrics.write(json.dumps(record) + "\n")
         if self.tensorboard:
             for name, value in record.items():
-                if name != "step":
+                if name not in ("step", "memory_gib_per_rank"):
                     self.tensorboard.add_scalar(f"train/{name}", value, step)
         self.restart_clock(step)
 
@@ -84,13 +103,14 @@ class MetricsReporter:
         done = record["step"] / self.max_steps
         bar = "#" * round(done * BAR_WIDTH)
         line = (f"[{bar:<{BAR_WIDTH}}] step {record['step']}/{self.max_steps} | loss {record['loss']:.4f}"
-                f" | lr {record['lr']:.2e} | {record['samples_per_sec']:.0f} samples/s"
-                f" | {record['step_time_ms']:.1f} ms/step")
+                f" | lr {record['lr']:.2e} | {record['samples_per_sec']:.0f} samples/s")
+        if "tokens_per_sec" in record:
+            line += f" | {record['tokens_per_sec']:.0f} tokens/s"
+        line += f" | {record['step_time_ms']:.1f} ms/step"
         if "mfu" in record:
             line += f" | mfu {100 * record['mfu']:.1f}%"
-        if "max_memory_gib" in record:
-            line += f" | mem {record['max_memory_gib']:.2f} GiB"
-        return line
+        kind = "GPU max allocated" if self.device.type == "cuda" else "state"
+        return line + f" | mem {record['max_memory_gib']:.3f} GiB/rank ({kind}, largest rank)"
 
     def close(self) -> None:
         if self.metrics:

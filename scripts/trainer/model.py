@@ -1,8 +1,11 @@
-"""A small residual CNN classifier: enough real compute to exercise DDP, small enough for a CPU."""
+"""The models the trainer knows: a small residual CNN classifier (enough real compute to exercise DDP,
+small enough for a CPU) and the GPT-2 style Transformers of trainer.gpt, chosen by one --model name."""
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from trainer.gpt import DEFAULT_VOCAB_SIZE, GPT_SIZES, Transformer
 
 # name -> (base width, residual blocks per stage); three stages double the width and halve the image.
 MODEL_SIZES: dict[str, tuple[int, int]] = {"tiny": (16, 1), "small": (32, 2), "base": (64, 3)}
@@ -27,7 +30,21 @@ class ResidualBlock(nn.Module):
         return self.activation(x + self.body(x))
 
 
-def build_model(size: str, num_classes: int) -> nn.Module:
+MODEL_NAMES = [*MODEL_SIZES, *GPT_SIZES]
+
+
+def is_language_model(name: str) -> bool:
+    return name in GPT_SIZES
+
+
+def build_model(name: str, num_classes: int, vocab_size: int | None) -> nn.Module:
+    """The named model: a GPT (VOCAB_SIZE None = its default vocabulary) or a CNN with NUM_CLASSES outputs."""
+    if is_language_model(name):
+        return Transformer(GPT_SIZES[name], vocab_size or DEFAULT_VOCAB_SIZE[name])
+    return build_cnn(name, num_classes)
+
+
+def build_cnn(size: str, num_classes: int) -> nn.Module:
     """Builds the CNN of the named size (a key of MODEL_SIZES) for 3-channel images of any size."""
     width, blocks = MODEL_SIZES[size]
     layers: list[nn.Module] = [nn.Conv2d(3, width, 3, padding=1, bias=False), nn.GroupNorm(8, width), nn.GELU()]

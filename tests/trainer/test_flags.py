@@ -15,7 +15,7 @@ DOCUMENTED_FLAGS = [
     "--precision", "--compile", "--seed", "--model", "--image-size", "--data-dir", "--synthetic-samples",
     "--num-classes", "--num-workers", "--pin-memory", "--persistent-workers", "--ckpt-dir", "--save-every",
     "--keep", "--log-every", "--metrics-file", "--tensorboard-dir", "--peak-tflops", "--device", "--backend",
-    "--pg-timeout",
+    "--pg-timeout", "--parallel", "--activation-checkpointing", "--seq-len", "--vocab-size", "--data-file",
 ]
 
 # (flag, bad value, words the one-line message must contain)
@@ -42,16 +42,39 @@ BAD_VALUES = [
     ("--keep", "0", "a positive integer"),
     ("--log-every", "0", "a positive integer"),
     ("--metrics-file", "/no/such/dir/metrics.jsonl", "does not exist"),
+    ("--metrics-file", ".", "is a directory"),
+    ("--metrics-file", "/sys/metrics.jsonl", "cannot be written"),  # read-only, even for root
     ("--peak-tflops", "0", "a number > 0"),
     ("--device", "tpu", "invalid choice"),
     ("--backend", "mpi", "invalid choice"),
     ("--pg-timeout", "0", "a positive integer"),
+    ("--parallel", "zero3", "invalid choice"),
+    ("--seq-len", "0", "a positive integer"),
+    ("--vocab-size", "70000", "an integer 2..65536"),
+]
+
+# Values that are only wrong for a model or together with other flags:
+# (setup run first in the empty working folder, arguments, flag to name, words of the one-line message)
+BAD_COMBINATIONS = [
+    ("", "--model gpt-tiny --seq-len 300", "--seq-len", "longer than gpt-tiny's context of 256 tokens"),
+    ("printf abc > odd.bin", "--model gpt-tiny --data-file odd.bin", "--data-file", "not whole uint16 tokens"),
+    ("", "--model gpt-tiny --data-file missing.bin", "--data-file", "is not a file"),
+    # token ids 0..299 as uint16: 300 is outside gpt-tiny's byte vocabulary
+    ("python -c 'import numpy; numpy.arange(300, dtype=numpy.uint16).tofile(\"ids.bin\")'",
+     "--model gpt-tiny --seq-len 8 --batch-size 2 --data-file ids.bin", "--data-file", "outside --vocab-size 256"),
+    ("printf abcd > short.bin", "--model gpt-tiny --data-file short.bin", "--data-file", "fewer than one batch"),
+    ("", "--model tiny --parallel fsdp", "--parallel fsdp", "is for the GPT models"),
+    ("", "--model small --seq-len 64", "--seq-len", "is for the GPT models"),
+    ("", "--activation-checkpointing", "--activation-checkpointing", "is for the GPT models"),
+    ("", "--model gpt-tiny --parallel fsdp --precision fp16", "--precision fp16", "use --precision bf16"),
+    ("", "--model gpt-tiny --data-dir .", "--data-dir", "use --data-file"),
 ]
 
 
-def run_trainer(torch_host, scripts_dir: str, arguments: str):
+def run_trainer(torch_host, scripts_dir: str, arguments: str, setup: str = "true"):
     # No torchrun: a bad flag must fail before any rendezvous, so a lone process shows the same.
-    return torch_host.run(f"cd $(mktemp -d) && {ENV} timeout 60 python {scripts_dir}/train_ddp.py {arguments}")
+    return torch_host.run(f"cd $(mktemp -d) && {setup} && "
+                          f"{ENV} timeout 60 python {scripts_dir}/train_ddp.py {arguments}")
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), BAD_VALUES, ids=[f"{f}={v}" for f, v, _ in BAD_VALUES])
@@ -62,6 +85,16 @@ def test_bad_value_gets_one_line_naming_the_flag(torch_host, scripts_dir, flag, 
     assert len(lines) == 1, result.stderr
     assert flag in lines[0] and message in lines[0], lines[0]
     assert result.stdout == ""  # rejected before training printed anything
+
+
+@pytest.mark.parametrize(("setup", "arguments", "flag", "message"), BAD_COMBINATIONS,
+                         ids=[arguments for _, arguments, _, _ in BAD_COMBINATIONS])
+def test_bad_combination_gets_one_line_naming_the_flag(torch_host, scripts_dir, setup, arguments, flag, message):
+    result = run_trainer(torch_host, scripts_dir, arguments, setup or "true")
+    assert result.rc == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and message in lines[0], result.stderr
+    assert result.stdout == ""
 
 
 def test_missing_optional_packages_are_named(torch_host, scripts_dir):

@@ -65,10 +65,15 @@ def test_sigterm_stops_saves_and_a_restart_ends_like_an_uninterrupted_run(torch_
     command = f"{torchrun(f'{scripts_dir}/train_ddp.py')} {trainer_flags(workdir, 'sigterm')}"
     output = torch_host.check_output(signal_when_step_logged(
         command, f"{workdir}/sigterm.jsonl", STOP_AFTER_STEP, "kill -TERM $pid", f"{workdir}/sigterm.log"))
-    _, seconds = exit_status_and_seconds(output)
+    status, seconds = exit_status_and_seconds(output)
     log = torch_host.file(f"{workdir}/sigterm.log").content_string
     stopped = re.search(r"stopped by SIGTERM at step (\d+)/", log)
     assert stopped, log
+    # The workers saved and returned 0; torchrun's agent itself then re-raises the SIGTERM it received as
+    # SignalException (torch/distributed/launcher/api.py: "except SignalException: ... raise"), which
+    # prints its traceback and exits 1 whatever the workers did. That traceback must be the only one.
+    assert status == 1 and log.count("Traceback") == 1, log
+    assert re.search(r"SignalException: Process \d+ got signal: 15\s*$", log), log
     stop_step = int(stopped[1])
     assert STOP_AFTER_STEP <= stop_step < STEPS
     assert seconds < GRACE_PERIOD_S  # so torchrun never had to SIGKILL a worker
@@ -81,6 +86,21 @@ def test_sigterm_stops_saves_and_a_restart_ends_like_an_uninterrupted_run(torch_
     assert tensors_equal(torch_host, final_checkpoint(workdir, "sigterm"), final_checkpoint(workdir, "reference"))
     final_loss = read_metrics(torch_host, f"{workdir}/sigterm.jsonl")[-1]["loss"]
     assert final_loss == read_metrics(torch_host, f"{workdir}/reference.jsonl")[-1]["loss"]
+
+
+def test_sigterm_to_the_workers_ends_a_torchrun_job_with_exit_0(torch_host, scripts_dir, workdir):
+    """The way to stop a torchrun job as a success (docs/training.md): signal its workers, not the agent."""
+    command = (f"{torchrun(f'{scripts_dir}/train_ddp.py')} {TINY_RUN} --max-steps 1000 --num-workers 1 "
+               f"--ckpt-dir {workdir}/workers --metrics-file {workdir}/workers.jsonl")
+    # $pid is coreutils timeout; its child is torchrun, whose children are the workers.
+    output = torch_host.check_output(signal_when_step_logged(
+        command, f"{workdir}/workers.jsonl", 3, "pkill -TERM -P $(pgrep -P $pid)", f"{workdir}/workers.log"))
+    status, seconds = exit_status_and_seconds(output)
+    log = torch_host.file(f"{workdir}/workers.log").content_string
+    assert status == 0 and "Traceback" not in log, log
+    stop_step = int(re.search(r"stopped by SIGTERM at step (\d+)/", log)[1])
+    assert torch_host.file(f"{workdir}/workers/step_{stop_step:06d}.pt").exists
+    assert seconds < GRACE_PERIOD_S
 
 
 def test_sigint_stops_a_single_process_run_with_a_checkpoint(torch_host, scripts_dir, workdir):

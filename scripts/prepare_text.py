@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Turns a UTF-8 text file into a flat file of uint16 token ids that `train_ddp.py --data-file` reads.
+
+    python /opt/scripts/prepare_text.py book.txt book.bin                     # bytes: vocabulary 256
+    python /opt/scripts/prepare_text.py book.txt book.bin --tokenizer gpt2    # GPT-2 BPE (needs tiktoken)
+    torchrun --nproc-per-node=2 /opt/scripts/train_ddp.py --model gpt-tiny --data-file book.bin
+
+The layout is nanoGPT's train.bin: token ids as little-endian uint16, one after another, nothing else,
+so files made by nanoGPT's prepare scripts work too. The byte tokenizer needs no download: each UTF-8
+byte is one token, which is what `gpt-tiny`'s vocabulary of 256 is for. For the GPT-2 sizes (vocabulary
+50304), `--tokenizer gpt2` uses tiktoken's GPT-2 encoding where it is installed.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import numpy as np
+
+from trainer.cli import OneLineErrorParser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = OneLineErrorParser(prog="prepare_text.py", description=__doc__.splitlines()[0])
+    parser.add_argument("text", type=pathlib.Path, help="UTF-8 text file to tokenize")
+    parser.add_argument("output", type=pathlib.Path, help="where to write the uint16 token file")
+    parser.add_argument("--tokenizer", choices=["bytes", "gpt2"], default="bytes",
+                        help="bytes: one token per UTF-8 byte (vocabulary 256); gpt2: GPT-2 BPE via tiktoken")
+    args = parser.parse_args(argv)
+    if not args.text.is_file():
+        parser.error(f"{args.text} is not a file")
+    if not args.output.parent.is_dir():
+        parser.error(f"directory {args.output.parent} of {args.output} does not exist")
+    if args.output.is_dir():
+        parser.error(f"{args.output} is a directory; name the token file to write, e.g. {args.output / 'train.bin'}")
+    return args
+
+
+def tokenize(text: bytes, tokenizer: str) -> np.ndarray:
+    if tokenizer == "bytes":
+        return np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
+    try:
+        import tiktoken
+    except ImportError:
+        sys.exit("prepare_text.py: error: --tokenizer gpt2 needs tiktoken (pip install tiktoken), "
+                 "or use --tokenizer bytes")
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as error:
+        sys.exit(f"prepare_text.py: error: the text is not UTF-8 ({error}); convert it or use --tokenizer bytes")
+    return np.array(tiktoken.get_encoding("gpt2").encode_ordinary(decoded), dtype=np.uint16)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    tokens = tokenize(args.text.read_bytes(), args.tokenizer)
+    if len(tokens) < 2:
+        sys.exit(f"prepare_text.py: error: {args.text} gives {len(tokens)} token(s); training needs at least 2")
+    tokens.astype("<u2").tofile(args.output)
+    print(f"wrote {len(tokens):,} tokens ({args.tokenizer}, vocabulary {256 if args.tokenizer == 'bytes' else 50257}, "
+          f"max id {int(tokens.max())}) to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
