@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from tests.trainer.runs import ENV, TINY_RUN, make_workdir, torchrun
+from tests.support.training import ENV, TINY_RUN, make_workdir, torchrun
 
 # One process, 4 steps, a checkpoint every 2: a few seconds per run.
 SHORT_RUN = f"{TINY_RUN} --num-workers 0 --max-steps 4 --save-every 2"

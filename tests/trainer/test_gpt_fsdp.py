@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from tests.trainer.runs import ENV, RUN_TIMEOUT_S, make_workdir, python_json, read_metrics, torchrun
+from tests.support.training import ENV, RUN_TIMEOUT_S, make_workdir, python_json, read_metrics, torchrun
 
 STEPS, HALF = 12, 6
 GPT = ("--model gpt-tiny --seq-len 32 --synthetic-samples 256 --num-workers 0 --warmup-steps 2 --lr 3e-3 "

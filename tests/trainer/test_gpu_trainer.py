@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.trainer.runs import make_workdir, read_metrics, torchrun
+from tests.support.training import make_workdir, read_metrics, torchrun
 
 pytestmark = pytest.mark.gpu
 
