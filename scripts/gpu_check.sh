@@ -4,7 +4,7 @@
 #   bash scripts/gpu_check.sh                 # from a checkout; about 3 minutes on one GPU
 #   bash scripts/gpu_check.sh --steps 30 --skip-tests
 #
-# 1. runs the `gpu`-marked tests (tests/test_gpu.py, tests/trainer) on this host, if pytest and
+# 1. runs the `gpu`-marked tests (tests/image/test_gpu.py, tests/trainer) on this host, if pytest and
 #    pytest-testinfra are installed and the tests are here (a checkout, not the image's /opt/scripts);
 # 2. trains gpt2-small (bf16, torch.compile, synthetic tokens, 1024-token context) for --steps steps
 #    on every visible GPU, first with DDP and then with FSDP;
@@ -70,14 +70,14 @@ count_gpus() {
 run_gpu_tests() {
     if ((skip_tests)); then
         log "skipping the gpu-marked tests (--skip-tests)"
-    elif [[ ! -f $REPO_ROOT/tests/test_gpu.py ]]; then
+    elif [[ ! -f $REPO_ROOT/tests/image/test_gpu.py ]]; then
         log "no tests beside $SCRIPTS_DIR (not a checkout): skipping the gpu-marked tests"
     elif ! "$PYTHON" -c 'import pytest, testinfra' 2>/dev/null; then
         log "pytest or pytest-testinfra is not installed: skipping the gpu-marked tests"
     else
         log "running the gpu-marked tests"
         (cd "$REPO_ROOT" && TORCH_TESTS_ON_HOST=1 IMAGE_UNDER_TEST=none \
-            "$PYTHON" -m pytest -m gpu -q tests/test_gpu.py tests/trainer)
+            "$PYTHON" -m pytest -m gpu -q tests/image/test_gpu.py tests/trainer)
     fi
 }
 
