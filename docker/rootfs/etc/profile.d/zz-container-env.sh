@@ -1,6 +1,7 @@
 # Login shells (ssh, tmux, Jupyter and VS Code terminals, `docker exec bash -l`) get the container's
 # environment back after /etc/profile reset PATH, then your own packages first (user-packages).
 if [ -r /etc/container/session-env.sh ]; then
+  # shellcheck source=/dev/null  # written at start (start/session-env.sh)
   . /etc/container/session-env.sh
 elif [ -r "/proc/$$/environ" ]; then
   # No session file (SSH is off, or this is a CI job): the PATH this shell was started with is the
