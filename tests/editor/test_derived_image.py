@@ -56,7 +56,8 @@ def test_its_hook_runs_at_start_and_exports_for_the_command(derived_image):
 
 def test_the_image_tests_pass_on_it(derived_image):
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *IMAGE_TESTS],
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--numprocesses=2",
+                             "--dist=loadfile", *IMAGE_TESTS],
                             cwd=REPO_ROOT, env={**env, "IMAGE_UNDER_TEST": derived_image},
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and " passed" in result.stdout, result.stdout[-4000:]

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.support import REPO_ROOT
-from tests.support.containers import docker, free_port
+from tests.support.containers import docker, free_port, start_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.release import environment_without_make
 from tests.support.waiting import wait_until
@@ -27,38 +27,46 @@ TOKEN = "remote-ssh-test-token-5be1c0"
 SSH_TIMEOUT_S = 60
 
 
-@pytest.fixture
-def ssh_client_setup(containers, tmp_path):
-    """A container with SSH and JupyterLab, and an ssh config: the test's key, then `make ssh-config`."""
+@pytest.fixture(scope="module")
+def ssh_client_setup(image, tmp_path_factory):
+    """One container with SSH and JupyterLab for the module, and an ssh config: the test's key, then the
+    block `make ssh-config` prints."""
     if not shutil.which("ssh") or not shutil.which("sftp"):
         skip_where_missing("the OpenSSH client is not installed: apt-get install openssh-client")
-    key = tmp_path / "id_ed25519"
+    client_dir = tmp_path_factory.mktemp("ssh-client")
+    key = client_dir / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=30)
-    container = containers(options=["--publish", "127.0.0.1::2222", "--env", f"JUPYTER_TOKEN={TOKEN}",
-                                    "--env", f"SSH_AUTHORIZED_KEYS={key.with_suffix('.pub').read_text()}"])
-    container.wait_until_healthy()
-    forwards = {"JUPYTER_LOCAL_PORT": free_port(), "TENSORBOARD_LOCAL_PORT": free_port()}
-    block = subprocess.run(
-        ["make", "-s", "--no-print-directory", "ssh-config", f"SSH_ALIAS={ALIAS}",
-         f"SSH_PORT={container.published_port(2222)}", *(f"{name}={port}" for name, port in forwards.items())],
-        cwd=REPO_ROOT, env=environment_without_make(), capture_output=True, text=True, timeout=30, check=True).stdout
-    config = tmp_path / "ssh_config"
-    config.write_text(f"IdentityFile {key}\nIdentitiesOnly yes\nBatchMode yes\nStrictHostKeyChecking accept-new\n"
-                      f"UserKnownHostsFile {tmp_path / 'known_hosts'}\n{block}")
-    return container, config, forwards
+    container = start_container(image, options=[
+        "--publish", "127.0.0.1::2222", "--env", f"JUPYTER_TOKEN={TOKEN}",
+        "--env", f"SSH_AUTHORIZED_KEYS={key.with_suffix('.pub').read_text()}"])
+    try:
+        container.wait_until_healthy()
+        forwards = {"JUPYTER_LOCAL_PORT": free_port(), "TENSORBOARD_LOCAL_PORT": free_port()}
+        block = subprocess.run(
+            ["make", "-s", "--no-print-directory", "ssh-config", f"SSH_ALIAS={ALIAS}",
+             f"SSH_PORT={container.published_port(2222)}", *(f"{name}={port}" for name, port in forwards.items())],
+            cwd=REPO_ROOT, env=environment_without_make(), capture_output=True, text=True, timeout=30,
+            check=True).stdout
+        config = client_dir / "ssh_config"
+        config.write_text(f"IdentityFile {key}\nIdentitiesOnly yes\nBatchMode yes\nStrictHostKeyChecking accept-new\n"
+                          f"UserKnownHostsFile {client_dir / 'known_hosts'}\n{block}")
+        yield container, config, forwards
+    finally:
+        container.remove()
 
 
 def ssh(config: pathlib.Path, *args: str, timeout: float = SSH_TIMEOUT_S) -> subprocess.CompletedProcess:
     return subprocess.run(["ssh", "-F", str(config), *args], capture_output=True, text=True, timeout=timeout)
 
 
-def test_the_host_block_logs_in_and_has_what_vscode_server_needs(ssh_client_setup, tmp_path):
+def test_the_host_block_logs_in_and_has_what_vscode_server_needs(ssh_client_setup):
     _, config, _ = ssh_client_setup
     needs = ("tar --version && gzip --version && (command -v curl || command -v wget) && "
              "mkdir -p ~/.vscode-server/bin && test -w ~/.vscode-server/bin && id -un")
     result = ssh(config, ALIAS, needs)
     assert result.returncode == 0 and result.stdout.split()[-1] == "dev", result.stdout + result.stderr
-    assert (tmp_path / "known_hosts").read_text().startswith(f"{ALIAS} "), "the host key is kept under the alias"
+    known_hosts = config.parent / "known_hosts"
+    assert known_hosts.read_text().startswith(f"{ALIAS} "), "the host key is kept under the alias"
 
 
 def test_the_forwards_bring_jupyter_and_tensorboard_here(ssh_client_setup):
@@ -119,7 +127,8 @@ def test_rsync_copies_a_folder_each_way(ssh_client_setup, image, tmp_path):
     script = (f"{rsync} {tmp_path / 'up'}/ {ALIAS}:/workspace/up-rsync/ && "
               f"{rsync} {ALIAS}:/workspace/up-rsync/ {tmp_path / 'down'}/")
     result = docker("run", "--rm", "--network", "host", "--user", "0", "--entrypoint", "bash",
-                    "--volume", f"{tmp_path}:{tmp_path}", image, "-c", script, check=False)
+                    "--volume", f"{tmp_path}:{tmp_path}", "--volume", f"{config.parent}:{config.parent}:ro",
+                    image, "-c", script, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert tree_in_container(container, "/workspace/up-rsync") == files
     assert tree_here(tmp_path / "down") == files
