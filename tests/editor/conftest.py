@@ -1,27 +1,10 @@
-"""What the editor and CI tests share: pip's trust of the host's CA inside containers, and a team's tiny
-repository for the CI examples to test.
-
-pip inside a container trusts the CA bundle `make test` was given (CA_BUNDLE, a proxy's CA on this
-project's machines), mounted read-only and named by PIP_CERT, as docs/building.md describes for builds.
-TLS verification stays on.
-"""
+"""Fixtures of the editor and CI tests beyond tests/conftest.py: a team's tiny repository for the CI
+examples to test."""
 from __future__ import annotations
 
-import os
 import pathlib
 
 import pytest
-
-CONTAINER_CA_PATH = "/etc/ssl/certs/host-ca-bundle.crt"
-
-
-def pip_trust_options() -> list[str]:
-    """docker run/create options that make pip in the container trust CA_BUNDLE, when one is given."""
-    bundle = os.environ.get("CA_BUNDLE")
-    if not bundle:
-        return []
-    return ["--volume", f"{os.path.abspath(bundle)}:{CONTAINER_CA_PATH}:ro", "--env", f"PIP_CERT={CONTAINER_CA_PATH}"]
-
 
 TEAM_TEST = """\
 import torch

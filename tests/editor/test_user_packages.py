@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from tests.editor.conftest import pip_trust_options
+from tests.editor.pip_in_containers import pip_trust_options
 from tests.support.containers import docker
 
 PACKAGE, PINNED_VERSION = "tabulate", "0.8.10"
