@@ -29,6 +29,13 @@ def login_shell(container, command: str, timeout: int = 300):
     return container.run(f"bash -lc {shlex.quote(command)}", timeout=timeout)
 
 
+def one_line(result) -> str:
+    """The output of a command that must say what went wrong in exactly one line."""
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
 @pytest.fixture
 def cache_volume():
     name = f"pt-user-cache-{uuid.uuid4().hex[:8]}"
@@ -46,6 +53,9 @@ def test_a_package_installed_as_the_user_survives_recreation_and_honours_the_bas
     installed = login_shell(first, f"pip install --quiet {PACKAGE} && python -c 'import {PACKAGE}; "
                                    f"print({PACKAGE}.__version__)'")
     assert installed.rc == 0 and installed.stdout.split()[-1] == PINNED_VERSION, installed.stdout + installed.stderr
+    against_the_pin = login_shell(first, f"pip install --quiet '{PACKAGE}>{PINNED_VERSION}'")
+    assert against_the_pin.rc != 0
+    assert one_line(against_the_pin).count(f"{PACKAGE}=={PINNED_VERSION}") == 1, against_the_pin.stdout
     first.remove()
 
     second = containers(command=["sleep", "infinity"], options=options)
@@ -60,8 +70,7 @@ def test_replacing_torch_is_refused_with_one_line(containers, cache_volume):
     before = container.run("python -c 'import torch; print(torch.__version__)'").stdout.strip()
     refused = login_shell(container, "pip install --quiet torch==2.5.0")
     assert refused.rc != 0
-    lines = [line for line in (refused.stdout + refused.stderr).splitlines() if line.strip()]
-    assert len(lines) == 1 and "refused" in lines[0] and f"torch {before}" in lines[0], lines
+    assert "refused" in one_line(refused) and f"torch {before}" in one_line(refused)
     bypass = login_shell(container, "python -m pip install --quiet torch==2.5.0")
     assert bypass.rc != 0, "python -m pip must honour the torch pin too"
     after = login_shell(container, "python -c 'import torch; print(torch.__version__)'").stdout.strip()
