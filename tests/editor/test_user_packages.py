@@ -38,12 +38,14 @@ def one_line(result) -> str:
 
 @pytest.fixture
 def cache_volume():
+    """A named volume like compose's user-cache. Tests name it before `containers`, so that it is removed
+    after their containers (a volume in use cannot be)."""
     name = f"pt-user-cache-{uuid.uuid4().hex[:8]}"
     yield name
     docker("volume", "rm", "--force", name, check=False)
 
 
-def test_a_package_installed_as_the_user_survives_recreation_and_honours_the_base_pins(containers, cache_volume,
+def test_a_package_installed_as_the_user_survives_recreation_and_honours_the_base_pins(cache_volume, containers,
                                                                                        tmp_path):
     constraints = tmp_path / "constraints.txt"
     constraints.write_text(f"{PACKAGE}=={PINNED_VERSION}\n")
@@ -64,7 +66,7 @@ def test_a_package_installed_as_the_user_survives_recreation_and_honours_the_bas
     assert second.run(f"python -c 'import {PACKAGE}'").rc != 0, "the image's own Python stays untouched"
 
 
-def test_replacing_torch_is_refused_with_one_line(containers, cache_volume):
+def test_replacing_torch_is_refused_with_one_line(cache_volume, containers):
     container = containers(command=["sleep", "infinity"],
                            options=["--volume", f"{cache_volume}:{CACHE_MOUNT}", *pip_trust_options()])
     before = container.run("python -c 'import torch; print(torch.__version__)'").stdout.strip()
