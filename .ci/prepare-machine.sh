@@ -15,7 +15,7 @@ log() { printf '[prepare-machine] %s\n' "$*" >&2; }
 
 install_debian_packages() {
   local missing=()
-  for pkg in docker.io debootstrap chromium; do
+  for pkg in docker.io debootstrap chromium openssh-client; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
   done
   if ((${#missing[@]})); then

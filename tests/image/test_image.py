@@ -14,7 +14,7 @@ from tests.support import REPO_ROOT
 from tests.support.containers import docker
 
 OS_PACKAGES = ["openssh-server", "tmux", "tini", "git", "procps", "iproute2", "curl", "vim-tiny",
-               "libnss-wrapper", "ca-certificates"]
+               "libnss-wrapper", "ca-certificates", "rsync"]
 PYTHON_PACKAGES = ["jupyterlab", "tensorboard", "nvitop", "nvidia-ml-py", "ipywidgets", "matplotlib"]
 
 

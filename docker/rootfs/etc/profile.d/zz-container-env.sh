@@ -1,4 +1,17 @@
-# Login shells (ssh, tmux) get the container's environment back after /etc/profile reset PATH.
+# Login shells (ssh, tmux, Jupyter and VS Code terminals, `docker exec bash -l`) get the container's
+# environment back after /etc/profile reset PATH, then your own packages first (user-packages).
 if [ -r /etc/container/session-env.sh ]; then
+  # shellcheck source=/dev/null  # written at start (start/session-env.sh)
   . /etc/container/session-env.sh
+elif [ -r "/proc/$$/environ" ]; then
+  # No session file (SSH is off, or this is a CI job): the PATH this shell was started with is the
+  # image's (the venv, CUDA's tools), which /etc/profile has just replaced with the distribution's.
+  container_start_path=$(tr '\0' '\n' <"/proc/$$/environ" | sed -n 's/^PATH=//p')
+  [ -n "$container_start_path" ] && PATH=$container_start_path && export PATH
+  unset container_start_path
+fi
+# Root installs into the image itself (CI job containers, derived images); everyone else into a
+# persisted environment of their own that sees the image's packages (docs/editors.md).
+if [ "$(id -u)" != 0 ] && command -v user-packages >/dev/null 2>&1; then
+  eval "$(user-packages activate)"
 fi

@@ -1,0 +1,79 @@
+"""Packages a user adds without rebuilding stay when the container is recreated, see the image's packages,
+honour the base's PIP_CONSTRAINT, and never replace torch (docs/editors.md, "Packages that persist").
+
+    make test-image PYTEST_ARGS=tests/editor/test_user_packages.py
+
+The cache volume is mounted where compose mounts `user-cache`; shells are login shells, as SSH, tmux and
+editor terminals start them. The package comes from PyPI: small and pure Python.
+"""
+from __future__ import annotations
+
+import shlex
+import uuid
+
+import pytest
+
+from tests.editor.pip_in_containers import pip_trust_options
+from tests.support.containers import docker
+
+PACKAGE, PINNED_VERSION = "tabulate", "0.8.10"
+CACHE_MOUNT = "/home/dev/.cache"
+# The base's constraints, as NGC ships them (PIP_CONSTRAINT): here they pin the package to an older version.
+BASE_CONSTRAINTS = "/etc/pip/base-constraints.txt"
+# The image's torchrun (its copy in the user's environment) starts workers that see the user's packages.
+TORCHRUN_IMPORT = (f"echo 'import {PACKAGE}' >/tmp/uses_it.py && "
+                   "OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=1 /tmp/uses_it.py")
+
+
+def login_shell(container, command: str, timeout: int = 300):
+    return container.run(f"bash -lc {shlex.quote(command)}", timeout=timeout)
+
+
+def one_line(result) -> str:
+    """The output of a command that must say what went wrong in exactly one line."""
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.fixture
+def cache_volume():
+    """A named volume like compose's user-cache. Tests name it before `containers`, so that it is removed
+    after their containers (a volume in use cannot be)."""
+    name = f"pt-user-cache-{uuid.uuid4().hex[:8]}"
+    yield name
+    docker("volume", "rm", "--force", name, check=False)
+
+
+def test_a_package_installed_as_the_user_survives_recreation_and_honours_the_base_pins(cache_volume, containers,
+                                                                                       tmp_path):
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text(f"{PACKAGE}=={PINNED_VERSION}\n")
+    options = ["--volume", f"{cache_volume}:{CACHE_MOUNT}", "--volume", f"{constraints}:{BASE_CONSTRAINTS}:ro",
+               "--env", f"PIP_CONSTRAINT={BASE_CONSTRAINTS}", *pip_trust_options()]
+    first = containers(command=["sleep", "infinity"], options=options)
+    installed = login_shell(first, f"pip install --quiet {PACKAGE} && python -c 'import {PACKAGE}; "
+                                   f"print({PACKAGE}.__version__)'")
+    assert installed.rc == 0 and installed.stdout.split()[-1] == PINNED_VERSION, installed.stdout + installed.stderr
+    against_the_pin = login_shell(first, f"pip install --quiet '{PACKAGE}>{PINNED_VERSION}'")
+    assert against_the_pin.rc != 0
+    assert one_line(against_the_pin).count(f"{PACKAGE}=={PINNED_VERSION}") == 1, against_the_pin.stdout
+    first.remove()
+
+    second = containers(command=["sleep", "infinity"], options=options)
+    again = login_shell(second, f"python -c 'import {PACKAGE}, torch' && {TORCHRUN_IMPORT}")
+    assert again.rc == 0, f"gone after recreating the container, or unseen by torchrun: {again.stderr}"
+    assert second.run(f"python -c 'import {PACKAGE}'").rc != 0, "the image's own Python stays untouched"
+
+
+def test_replacing_torch_is_refused_with_one_line(cache_volume, containers):
+    container = containers(command=["sleep", "infinity"],
+                           options=["--volume", f"{cache_volume}:{CACHE_MOUNT}", *pip_trust_options()])
+    before = container.run("python -c 'import torch; print(torch.__version__)'").stdout.strip()
+    refused = login_shell(container, "pip install --quiet torch==2.5.0")
+    assert refused.rc != 0
+    assert "refused" in one_line(refused) and f"torch {before}" in one_line(refused)
+    bypass = login_shell(container, "python -m pip install --quiet torch==2.5.0")
+    assert bypass.rc != 0, "python -m pip must honour the torch pin too"
+    after = login_shell(container, "python -c 'import torch; print(torch.__version__)'").stdout.strip()
+    assert after == before
