@@ -83,9 +83,7 @@ start_services() {
     started+=(ssh)
   fi
   if ((ENABLE_JUPYTER)); then
-    # Through a login shell, as SSH and terminals are: kernels then see the user's own packages
-    # (user-packages) and the session environment.
-    (cd /workspace && exec setsid "${AS_USER[@]}" bash -lc 'exec jupyter lab') &
+    (cd /workspace && exec setsid "${AS_USER[@]}" jupyter lab) &
     started+=(jupyter)
   fi
   # The healthcheck reads which services to probe from here.
