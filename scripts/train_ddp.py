@@ -40,6 +40,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
+from trainer import prometheus
 from trainer.checkpoint import (capture_rng_state, checkpoint_path, load_newest_checkpoint,
                                 remove_old_checkpoints, restore_rng_state, save_checkpoint_atomically)
 from trainer.config import parse_config
@@ -56,6 +57,7 @@ PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float
 def main(argv: list[str] | None = None) -> int:
     placement = read_placement()
     args = parse_config(argv, placement.world_size)  # bad flags end here, before any rendezvous
+    prometheus.serve(args.prometheus_port, placement)  # a taken port ends here too
     device = choose_device(args.device, placement)
     control_group = start_process_group(placement, device, args.backend, args.pg_timeout)
     # From here on SIGTERM/SIGINT means "stop at the next step boundary". Not earlier: a signal during
@@ -104,6 +106,7 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device,
     global_batch = args.batch_size * args.grad_accum * placement.world_size
     reporter = (MetricsReporter(args.max_steps, global_batch, args.metrics_file, args.tensorboard_dir, device,
                                 flops_per_sample, peak) if placement.is_main else None)
+    prometheus.describe_run(global_batch, flops_per_sample, peak)
     if reporter:
         print(f"training on {placement.world_size} rank(s), {device.type}, {dist.get_backend()}, "
               f"{str(precision).removeprefix('torch.')}, {sum(p.numel() for p in model.parameters()):,} parameters, "
@@ -119,11 +122,13 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device,
         loss_sum += train_one_step(ddp_model, stream, optimizer, scaler, args, device, precision)
         scheduler.step()
         step += 1
+        prometheus.step_finished(step)
         if step % args.log_every == 0 or step == args.max_steps:
             steps_in_window = step - reporter.window_start_step if reporter else 0
             mean_loss = average_over_ranks(loss_sum, placement.world_size)  # a collective: every rank calls it
             if reporter:
                 reporter.report(step, stream.epoch, mean_loss / steps_in_window, lr)
+            prometheus.loss_reported(mean_loss, lr)
             loss_sum.zero_()
         if args.save_every and step % args.save_every == 0:
             save_training_state(args, model, optimizer, scaler, scheduler, stream, step, placement, device,
@@ -220,6 +225,7 @@ def save_training_state(args: argparse.Namespace, model: nn.Module, optimizer: t
     save_checkpoint_atomically(state, path)
     remove_old_checkpoints(args.ckpt_dir, args.keep)
     print(f"saved checkpoint {path} in {time.perf_counter() - started:.3f} s", flush=True)
+    prometheus.checkpoint_saved(time.perf_counter() - started)
 
 
 def resume_from_newest_checkpoint(args: argparse.Namespace, model: nn.Module, optimizer: torch.optim.Optimizer,
