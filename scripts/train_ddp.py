@@ -106,7 +106,7 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device,
     global_batch = args.batch_size * args.grad_accum * placement.world_size
     reporter = (MetricsReporter(args.max_steps, global_batch, args.metrics_file, args.tensorboard_dir, device,
                                 flops_per_sample, peak) if placement.is_main else None)
-    prometheus.describe_run(global_batch, flops_per_sample, peak)
+    prometheus.describe_run(step, global_batch, flops_per_sample, peak)
     if reporter:
         print(f"training on {placement.world_size} rank(s), {device.type}, {dist.get_backend()}, "
               f"{str(precision).removeprefix('torch.')}, {sum(p.numel() for p in model.parameters()):,} parameters, "

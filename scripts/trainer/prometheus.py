@@ -41,32 +41,32 @@ class TrainingExporter:
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_start_time_seconds, memory and CPU of the trainer
 
-        def gauge(name: str, documentation: str) -> Any:  # a Gauge's child for our labels
-            return Gauge(name, documentation, LABELS, registry=self.registry).labels(**labels)
+        def gauge(name: str, documentation: str) -> Any:
+            return Gauge(name, documentation, LABELS, registry=self.registry)
 
+        # A series appears when its first value is known: a loss of 0 before the first report would be a lie.
         self.step = gauge("trainer_step", "Optimizer steps completed (resumes at the checkpoint's step)")
         self.loss = gauge("trainer_loss", "Training loss, mean over the steps since the last report and all ranks")
         self.learning_rate = gauge("trainer_learning_rate", "Learning rate of the last reported step")
         self.samples_per_second = gauge("trainer_samples_per_second",
                                         "Samples per second of the whole job since the last report, by wall clock")
-        self.tokens_per_second = Gauge("trainer_tokens_per_second", "Tokens per second of the whole job "
-                                       "(models with tokens only)", LABELS, registry=self.registry)
-        self.mfu = Gauge("trainer_mfu_ratio", "Model FLOPs utilization, 0 to 1, where the GPU's peak is known",
-                         LABELS, registry=self.registry)
+        self.tokens_per_second = gauge("trainer_tokens_per_second",
+                                       "Tokens per second of the whole job (models with tokens only)")
+        self.mfu = gauge("trainer_mfu_ratio", "Model FLOPs utilization, 0 to 1, where the GPU's peak is known")
         self.step_seconds = Histogram("trainer_step_duration_seconds", "Wall time of one optimizer step",
                                       LABELS, buckets=STEP_SECONDS_BUCKETS, registry=self.registry).labels(**labels)
         # Only the rank that writes checkpoints (global rank 0) has these two.
-        self.checkpoint_time = Gauge("trainer_last_checkpoint_timestamp_seconds",
-                                     "Unix time the last checkpoint was written", LABELS, registry=self.registry)
-        self.checkpoint_seconds = Gauge("trainer_last_checkpoint_duration_seconds",
-                                        "Seconds the last checkpoint took to write", LABELS, registry=self.registry)
+        self.checkpoint_time = gauge("trainer_last_checkpoint_timestamp_seconds",
+                                     "Unix time the last checkpoint was written")
+        self.checkpoint_seconds = gauge("trainer_last_checkpoint_duration_seconds",
+                                        "Seconds the last checkpoint took to write")
         self.restarts = gauge("trainer_restarts", "Times torchrun restarted the workers of this job")
         self.world_size = gauge("trainer_world_size", "Ranks in the job")
-        self.started = gauge("trainer_start_timestamp_seconds", "Unix time this trainer process started training")
+        self.started = gauge("trainer_start_timestamp_seconds", "Unix time this trainer process started (before its rendezvous)")
         self.labels, self.world_size_value = labels, placement.world_size
-        self.restarts.set(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
-        self.world_size.set(placement.world_size)
-        self.started.set(time.time())
+        self.set(self.restarts, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+        self.set(self.world_size, placement.world_size)
+        self.set(self.started, time.time())
         self.global_batch, self.tokens_per_sample = 0, None
         self.flops_per_sample: int | None = None
         self.peak: float | None = None
@@ -77,10 +77,14 @@ class TrainingExporter:
         self.window_start_time = time.perf_counter()
         start_http_server(port, registry=self.registry)
 
-    def describe_run(self, global_batch: int, flops_per_sample: int | None, peak: float | None,
+    def set(self, family: Any, value: float) -> None:
+        family.labels(**self.labels).set(value)
+
+    def describe_run(self, step: int, global_batch: int, flops_per_sample: int | None, peak: float | None,
                      tokens_per_sample: int | None = None) -> None:
         self.global_batch, self.flops_per_sample, self.peak = global_batch, flops_per_sample, peak
         self.tokens_per_sample = tokens_per_sample
+        self.set(self.step, step)
 
     def step_finished(self, step: int) -> None:
         now = time.perf_counter()
@@ -91,29 +95,28 @@ class TrainingExporter:
             self.timed_steps += 1
         self.last_step_time = now
         self.steps_since_report += 1
-        self.step.set(step)
+        self.set(self.step, step)
 
     def loss_reported(self, loss_sum: float, learning_rate: float) -> None:
         """LOSS_SUM is the loss summed over the steps since the last report, averaged over the ranks."""
         if self.steps_since_report == 0:
             return
         now = time.perf_counter()
-        self.loss.set(loss_sum / self.steps_since_report)
-        self.learning_rate.set(learning_rate)
+        self.set(self.loss, loss_sum / self.steps_since_report)
+        self.set(self.learning_rate, learning_rate)
         if self.timed_steps:
             samples_per_second = self.timed_steps * self.global_batch / (now - self.window_start_time)
-            self.samples_per_second.set(samples_per_second)
+            self.set(self.samples_per_second, samples_per_second)
             if self.tokens_per_sample:
-                self.tokens_per_second.labels(**self.labels).set(samples_per_second * self.tokens_per_sample)
+                self.set(self.tokens_per_second, samples_per_second * self.tokens_per_sample)
             if self.flops_per_sample and self.peak:
                 # The job's FLOP/s over the peak of all its devices together.
-                self.mfu.labels(**self.labels).set(
-                    samples_per_second * self.flops_per_sample / (self.peak * self.world_size_value))
+                self.set(self.mfu, samples_per_second * self.flops_per_sample / (self.peak * self.world_size_value))
         self.steps_since_report, self.timed_steps, self.window_start_time = 0, 0, now
 
     def checkpoint_saved(self, seconds: float) -> None:
-        self.checkpoint_time.labels(**self.labels).set(time.time())
-        self.checkpoint_seconds.labels(**self.labels).set(seconds)
+        self.set(self.checkpoint_time, time.time())
+        self.set(self.checkpoint_seconds, seconds)
 
 
 # The process's exporter: set by serve() on local rank 0 when --prometheus-port is given, else None.
@@ -132,23 +135,24 @@ def serve(port: int | None, placement: Placement) -> None:
                          "another trainer may hold it: pick a free port") from None
 
 
-def describe_run(global_batch: int, flops_per_sample: int | None, peak: float | None,
+def describe_run(step: int, global_batch: int, flops_per_sample: int | None, peak: float | None,
                  tokens_per_sample: int | None = None) -> None:
-    """What throughput and MFU are computed from: samples per step, FLOPs per sample, peak FLOP/s."""
-    if _exporter:
-        _exporter.describe_run(global_batch, flops_per_sample, peak, tokens_per_sample)
+    """The step training starts at (after a resume), and what throughput and MFU are computed from:
+    samples per step, FLOPs per sample (None: unknown, as on every node but rank 0's), peak FLOP/s."""
+    if _exporter is not None:
+        _exporter.describe_run(step, global_batch, flops_per_sample, peak, tokens_per_sample)
 
 
 def step_finished(step: int) -> None:
-    if _exporter:
+    if _exporter is not None:
         _exporter.step_finished(step)
 
 
 def loss_reported(loss_sum: float, learning_rate: float) -> None:
-    if _exporter:
+    if _exporter is not None:
         _exporter.loss_reported(loss_sum, learning_rate)
 
 
 def checkpoint_saved(seconds: float) -> None:
-    if _exporter:
+    if _exporter is not None:
         _exporter.checkpoint_saved(seconds)
