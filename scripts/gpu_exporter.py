@@ -100,7 +100,7 @@ class NvmlCollector(Collector):
         families = [GaugeMetricFamily(name, help_text, labels=LABELS) for name, help_text, _ in FIELDS]
         for index, handle in enumerate(handles):
             labels = self.gpu_labels(index, handle)
-            for family, (_, _, read) in zip(families, FIELDS):
+            for family, (_, _, read) in zip(families, FIELDS, strict=True):
                 try:
                     family.add_metric(labels, read(handle))
                 except pynvml.NVMLError:

@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     system.add_argument("--peak-tflops", type=positive_float, default=None,
                         help="peak TFLOP/s of one device, for MFU (default: known GPUs only)")
     system.add_argument("--prometheus-port", type=tcp_port, default=None,
-                        help="serve Prometheus metrics on this port, on local rank 0 of every node (docs/monitoring.md)")
+                        help="serve Prometheus metrics on this port from local rank 0 of every node "
+                             "(docs/monitoring.md)")
     system.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                         help="auto = this rank's GPU (LOCAL_RANK) when CUDA is available, else the CPU")
     system.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
@@ -130,7 +131,8 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
     if args.tensorboard_dir is not None and importlib.util.find_spec("tensorboard") is None:
         return "--tensorboard-dir needs tensorboard, which is not installed; pip install tensorboard or drop it"
     if args.prometheus_port is not None and importlib.util.find_spec("prometheus_client") is None:
-        return "--prometheus-port needs prometheus_client, which is not installed; pip install prometheus-client or drop it"
+        return ("--prometheus-port needs prometheus_client, which is not installed; "
+                "pip install prometheus-client or drop it")
     if args.metrics_file is not None and not args.metrics_file.parent.is_dir():
         return f"--metrics-file {args.metrics_file}: directory {args.metrics_file.parent} does not exist"
     return check_ckpt_dir(args.ckpt_dir)

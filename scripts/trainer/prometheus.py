@@ -62,12 +62,14 @@ class TrainingExporter:
                                         "Seconds the last checkpoint took to write")
         self.restarts = gauge("trainer_restarts", "Times torchrun restarted the workers of this job")
         self.world_size = gauge("trainer_world_size", "Ranks in the job")
-        self.started = gauge("trainer_start_timestamp_seconds", "Unix time this trainer process started (before its rendezvous)")
+        self.started = gauge("trainer_start_timestamp_seconds",
+                             "Unix time this trainer process started (before its rendezvous)")
         self.labels, self.world_size_value = labels, placement.world_size
         self.set(self.restarts, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
         self.set(self.world_size, placement.world_size)
         self.set(self.started, time.time())
-        self.global_batch, self.tokens_per_sample = 0, None
+        self.global_batch = 0
+        self.tokens_per_sample: int | None = None
         self.flops_per_sample: int | None = None
         self.peak: float | None = None
         # The loss window counts every step since the last report; the throughput window leaves out the
