@@ -65,6 +65,7 @@ class TrainingExporter:
         self.started = gauge("trainer_start_timestamp_seconds",
                              "Unix time this trainer process started (before its rendezvous)")
         self.labels, self.world_size_value = labels, placement.world_size
+        self.series: dict[int, Any] = {}
         self.set(self.restarts, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
         self.set(self.world_size, placement.world_size)
         self.set(self.started, time.time())
@@ -80,7 +81,11 @@ class TrainingExporter:
         start_http_server(port, registry=self.registry)
 
     def set(self, family: Any, value: float) -> None:
-        family.labels(**self.labels).set(value)
+        """Sets FAMILY's series for our labels; the series is looked up once, as this runs every step."""
+        series = self.series.get(id(family))
+        if series is None:
+            series = self.series[id(family)] = family.labels(**self.labels)
+        series.set(value)
 
     def describe_run(self, step: int, global_batch: int, flops_per_sample: int | None, peak: float | None,
                      tokens_per_sample: int | None = None) -> None:

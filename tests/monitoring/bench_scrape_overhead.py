@@ -7,13 +7,15 @@ One container of the image (named node0 on a docker network, as compose.multinod
 node) runs the sample trainer under torchrun, 2 CPU ranks, again and again: with the flag and without,
 alternating, so background load hits both alike. Prometheus (the test image, the repository's config at
 a 1 s scrape interval) finds it by name. Throughput is the trainer's own samples/s from --metrics-file,
-leaving out the first --warmup steps. The median of each variant and their ratio are printed.
+leaving out the first --warmup steps. The median of each variant and their ratio are printed, after
+the exporter's own cost per step and per scrape, measured apart from any training run.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
 import statistics
 import tempfile
 import uuid
@@ -23,6 +25,28 @@ from tests.containers import docker, start_container
 from tests.monitoring.prometheus_server import build_prometheus_image, fast_config_copy, start_prometheus
 
 LOG_EVERY = 10
+# The exporter's own cost, measured in the trainer's image without the noise of a training run: the
+# calls the training loop makes per step (and per report), and rendering one scrape's page.
+COST_PER_CALL = """
+import json, sys, time, timeit
+sys.path.insert(0, "/opt/scripts")
+from prometheus_client import generate_latest
+from trainer import prometheus
+from trainer.distributed import Placement
+prometheus.serve(9402, Placement(rank=0, local_rank=0, world_size=8))
+prometheus.describe_run(0, 256, 10**9, 1e15)
+steps = 200_000
+started = time.perf_counter()
+for step in range(1, steps + 1):
+    prometheus.step_finished(step)
+    if step % 10 == 0:
+        prometheus.loss_reported(2.5, 1e-3)
+per_step = (time.perf_counter() - started) / steps
+registry = prometheus._exporter.registry
+per_scrape = timeit.timeit(lambda: generate_latest(registry), number=500) / 500
+print(json.dumps({"per_step_us": per_step * 1e6, "per_scrape_ms": per_scrape * 1e3,
+                  "page_bytes": len(generate_latest(registry))}))
+"""
 
 
 def parse_args() -> argparse.Namespace:
@@ -63,6 +87,9 @@ def main() -> None:
     try:
         node = start_container(image, command=["sleep", "infinity"],
                                options=["--network", network, "--network-alias", "node0", "--hostname", "node0"])
+        cost = node.run(f"python -c {shlex.quote(COST_PER_CALL)}")
+        assert cost.rc == 0, cost.stderr
+        print(f"exporter cost: {cost.stdout.strip()}", flush=True)
         with tempfile.TemporaryDirectory() as config_root:
             prometheus = start_prometheus(network, fast_config_copy(Path(config_root) / "prometheus", []))
             rates: dict[bool, list[float]] = {True: [], False: []}
