@@ -5,10 +5,11 @@ second, against the same run without it (BENCHMARKS.md, "Prometheus metrics").
 
 One container of the image (named node0 on a docker network, as compose.multinode.yaml names its first
 node) runs the sample trainer under torchrun, 2 CPU ranks, again and again: with the flag and without,
-alternating, so background load hits both alike. Prometheus (the test image, the repository's config at
-a 1 s scrape interval) finds it by name. Throughput is the trainer's own samples/s from --metrics-file,
-leaving out the first --warmup steps. The median of each variant and their ratio are printed, after
-the exporter's own cost per step and per scrape, measured apart from any training run.
+in ABBA order, so background load hits both alike. Prometheus (the test image, the repository's config
+at a 1 s scrape interval) finds it by name. Throughput is the trainer's own samples/s from
+--metrics-file, leaving out the first --warmup steps. Printed: the exporter's own cost per step and per
+scrape, measured apart from any training run; the median of each variant and their ratio; and the
+median of the ratios of back-to-back pairs, which cancels most of the background load.
 """
 from __future__ import annotations
 
@@ -94,7 +95,8 @@ def main() -> None:
             prometheus = start_prometheus(network, fast_config_copy(Path(config_root) / "prometheus", []))
             rates: dict[bool, list[float]] = {True: [], False: []}
             for repeat in range(args.repeats):
-                for with_metrics in (True, False):
+                # ABBA order: neither variant always runs first, after the other's warm caches.
+                for with_metrics in ((True, False) if repeat % 2 == 0 else (False, True)):
                     run = f"run-{repeat}-{int(with_metrics)}"
                     result = node.run(trainer_command(args, run, with_metrics), timeout=1800)
                     assert result.rc == 0, node.run(f"cat /tmp/{run}/log").stdout[-3000:]
@@ -104,12 +106,15 @@ def main() -> None:
                       f"{rates[False][-1]:.1f} samples/s; scrapes so far "
                       f"{scrapes[0]['value'][1] if scrapes else 0}", flush=True)
         with_median, without_median = statistics.median(rates[True]), statistics.median(rates[False])
+        # Each pair ran back to back, under about the same background load: their ratio cancels most of it.
+        paired = statistics.median(a / b for a, b in zip(rates[True], rates[False], strict=True))
         print(f"\n{args.model} model, 2 CPU ranks x batch 32, {args.steps} steps ({args.warmup} warm-up), "
               f"{args.repeats} runs each, Prometheus scraping every 1 s")
         print("| variant | samples/s median | best | ratio of medians |\n| --- | ---: | ---: | ---: |")
         print(f"| without --prometheus-port | {without_median:.1f} | {max(rates[False]):.1f} | 1.000 |")
         print(f"| with --prometheus-port, scraped every 1 s | {with_median:.1f} | {max(rates[True]):.1f} "
               f"| {with_median / without_median:.3f} |")
+        print(f"median of the {args.repeats} paired ratios (with / without, back to back): {paired:.3f}")
     finally:
         for container in (node, prometheus and prometheus.container):
             if container:
