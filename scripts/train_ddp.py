@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from trainer import prometheus
 from trainer.checkpoint import (CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path, load_newest_checkpoint,
                                 remove_old_checkpoints, save_checkpoint_atomically, save_sharded_checkpoint)
 from trainer.config import describe_model_change, parse_config
@@ -62,6 +63,7 @@ PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float
 def main(argv: list[str] | None = None) -> int:
     placement = read_placement()
     args = parse_config(argv, placement.world_size)  # bad flags end here, before any rendezvous
+    prometheus.serve(args.prometheus_port, placement)  # a taken port ends here too
     device = choose_device(args.device, placement)
     control_group = start_process_group(placement, device, args.backend, args.pg_timeout)
     # From here on SIGTERM/SIGINT means "stop at the next step boundary". Not earlier: a signal during
@@ -108,6 +110,8 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device,
     global_batch = args.batch_size * args.grad_accum * placement.world_size
     reporter = (MetricsReporter(args.max_steps, global_batch, args.seq_len, args.metrics_file, args.tensorboard_dir,
                                 device, flops_per_sample, peak) if placement.is_main else None)
+    prometheus.describe_run(state.step, global_batch, flops_per_sample, peak,
+                            tokens_per_sample=args.seq_len if is_language_model(args.model) else None)
     if reporter:
         print(f"training {args.model} ({parameter_count:,} parameters) on {placement.world_size} rank(s) with "
               f"{args.parallel}, {device.type}, {dist.get_backend()}, {str(precision).removeprefix('torch.')}, "
@@ -124,12 +128,14 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device,
         loss_sum += train_one_step(model, stream, optimizer, scaler, args, device, autocast)
         scheduler.step()
         state.step += 1
+        prometheus.step_finished(state.step)
         if state.step % args.log_every == 0 or state.step == args.max_steps:
             steps_in_window = state.step - reporter.window_start_step if reporter else 0
             # A collective: every rank sends its loss and its peak memory.
             mean_loss, memory_per_rank = gather_loss_and_memory(loss_sum, peak_memory_bytes(model, optimizer, device))
             if reporter:
                 reporter.report(state.step, stream.epoch, mean_loss / steps_in_window, lr, memory_per_rank)
+            prometheus.loss_reported(mean_loss, lr)
             loss_sum.zero_()
         if args.save_every and state.step % args.save_every == 0:
             save_training_state(state, args, placement, control_group)
@@ -250,6 +256,7 @@ def save_training_state(state: TrainingState, args: argparse.Namespace, placemen
         dist.broadcast_object_list(problem, src=0, group=control_group)
     if problem[0]:
         exit_with_error(problem[0], placement, status=1)
+    prometheus.checkpoint_saved(time.perf_counter() - started)
     if placement.is_main:
         remove_old_checkpoints(args.ckpt_dir, args.keep, state.step)
         print(f"saved checkpoint {path} in {time.perf_counter() - started:.3f} s", flush=True)

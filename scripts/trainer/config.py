@@ -39,6 +39,7 @@ non_negative_int = bounded(int, lambda value: value >= 0, "an integer >= 0")
 # isfinite also rejects nan and inf, which float() accepts.
 non_negative_float = bounded(float, lambda value: math.isfinite(value) and value >= 0, "a number >= 0")
 positive_float = bounded(float, lambda value: math.isfinite(value) and value > 0, "a number > 0")
+tcp_port = bounded(int, lambda value: 1 <= value <= 65535, "a TCP port (1-65535)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also write TensorBoard scalars here (needs the tensorboard package)")
     system.add_argument("--peak-tflops", type=positive_float, default=None,
                         help="peak TFLOP/s of one device, for MFU (default: known GPUs only)")
+    system.add_argument("--prometheus-port", type=tcp_port, default=None,
+                        help="serve Prometheus metrics on this port from local rank 0 of every node "
+                             "(docs/monitoring.md)")
     system.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                         help="auto = this rank's GPU (LOCAL_RANK) when CUDA is available, else the CPU")
     system.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
@@ -157,6 +161,9 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
                 f"({args.batch_size} x {world_size} ranks); raise it or lower --batch-size")
     if args.tensorboard_dir is not None and importlib.util.find_spec("tensorboard") is None:
         return "--tensorboard-dir needs tensorboard, which is not installed; pip install tensorboard or drop it"
+    if args.prometheus_port is not None and importlib.util.find_spec("prometheus_client") is None:
+        return ("--prometheus-port needs prometheus_client, which is not installed; "
+                "pip install prometheus-client or drop it")
     if args.metrics_file is not None:
         problem = check_metrics_file(args.metrics_file)
         if problem:

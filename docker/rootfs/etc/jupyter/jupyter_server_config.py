@@ -34,3 +34,17 @@ else:
     raise SystemExit(
         "JupyterLab refuses to start without authentication: set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH"
     )
+
+# TensorBoard through JupyterLab (jupyter-server-proxy): /tensorboard/ behind the same token or password,
+# started on first visit and listening on 127.0.0.1 only, so no other port has to be published.
+# It reads TENSORBOARD_LOGDIR, by default the whole workspace (the trainer's --tensorboard-dir lies there).
+c.ServerProxy.servers = {
+    "tensorboard": {
+        "command": ["tensorboard", "--logdir", os.environ.get("TENSORBOARD_LOGDIR", "/workspace"),
+                    "--host", "127.0.0.1", "--port", "{port}", "--path_prefix", "{base_url}tensorboard"],
+        # TensorBoard serves its pages under --path_prefix, so the proxy passes the full path on.
+        "absolute_url": True,
+        "timeout": 120,  # seconds: the first start scans the log folder, slow on a busy machine
+        "launcher_entry": {"title": "TensorBoard"},
+    },
+}

@@ -1,0 +1,165 @@
+"""The trainer's Prometheus endpoint (--prometheus-port): step, loss, throughput, step times, checkpoints.
+
+One process per node serves /metrics: local rank 0, on --prometheus-port. Every node is scraped (not
+only the node of global rank 0) with one port per node, which is what a PodMonitor, a static target
+list or Docker's DNS can name. DDP keeps the ranks of a job in lock-step, so local rank 0's step times
+are the node's; the loss is the mean over all ranks, as rank 0 reports it.
+
+Labels tell jobs and nodes apart: `training_job` (torchrun's --rdzv-id, TORCHELASTIC_RUN_ID; "standalone"
+for a plain `python train_ddp.py`), `node` (the host name) and `rank` (the global rank of the process
+that serves). The label is not called `job`: Prometheus gives every target a `job` label of its own.
+
+Like prometheus_client's own default registry there is one exporter per process, kept in this module, so
+the training loop calls `step_finished(step)` and friends without passing an object around; every call
+is a no-op in processes that serve nothing. The cost per step is one histogram observation and a gauge
+update, a few microseconds (BENCHMARKS.md, "Prometheus metrics").
+"""
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from typing import Any
+
+from trainer.distributed import Placement
+
+LABELS = ("training_job", "node", "rank")
+# From a small CNN on a CPU (milliseconds) to a large model's step on many GPUs (a minute).
+STEP_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, math.inf)
+
+
+class TrainingExporter:
+    """The trainer's metrics in a registry of their own, served over HTTP on PORT."""
+
+    def __init__(self, port: int, placement: Placement) -> None:
+        # An optional dependency (config.py checks it up front), so the trainer imports without it.
+        from prometheus_client import CollectorRegistry, Gauge, Histogram, ProcessCollector, start_http_server
+
+        labels = {"training_job": os.environ.get("TORCHELASTIC_RUN_ID", "standalone"),
+                  "node": socket.gethostname(), "rank": str(placement.rank)}
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)  # process_start_time_seconds, memory and CPU of the trainer
+
+        def gauge(name: str, documentation: str) -> Any:
+            return Gauge(name, documentation, LABELS, registry=self.registry)
+
+        # A series appears when its first value is known: a loss of 0 before the first report would be a lie.
+        self.step = gauge("trainer_step", "Optimizer steps completed (resumes at the checkpoint's step)")
+        self.loss = gauge("trainer_loss", "Training loss, mean over the steps since the last report and all ranks")
+        self.learning_rate = gauge("trainer_learning_rate", "Learning rate of the last reported step")
+        self.samples_per_second = gauge("trainer_samples_per_second",
+                                        "Samples per second of the whole job since the last report, by wall clock")
+        self.tokens_per_second = gauge("trainer_tokens_per_second",
+                                       "Tokens per second of the whole job (models with tokens only)")
+        self.mfu = gauge("trainer_mfu_ratio", "Model FLOPs utilization, 0 to 1, where the GPU's peak is known")
+        self.step_seconds = Histogram("trainer_step_duration_seconds", "Wall time of one optimizer step",
+                                      LABELS, buckets=STEP_SECONDS_BUCKETS, registry=self.registry).labels(**labels)
+        # Only the rank that writes checkpoints (global rank 0) has these two.
+        self.checkpoint_time = gauge("trainer_last_checkpoint_timestamp_seconds",
+                                     "Unix time the last checkpoint was written")
+        self.checkpoint_seconds = gauge("trainer_last_checkpoint_duration_seconds",
+                                        "Seconds the last checkpoint took to write")
+        self.restarts = gauge("trainer_restarts", "Times torchrun restarted the workers of this job")
+        self.world_size = gauge("trainer_world_size", "Ranks in the job")
+        self.started = gauge("trainer_start_timestamp_seconds",
+                             "Unix time this trainer process started (before its rendezvous)")
+        self.labels, self.world_size_value = labels, placement.world_size
+        self.series: dict[int, Any] = {}
+        self.set(self.restarts, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+        self.set(self.world_size, placement.world_size)
+        self.set(self.started, time.time())
+        self.global_batch = 0
+        self.tokens_per_sample: int | None = None
+        self.flops_per_sample: int | None = None
+        self.peak: float | None = None
+        # The loss window counts every step since the last report; the throughput window leaves out the
+        # first step after a start or resume, which includes start-up work (DataLoader workers, compile).
+        self.steps_since_report, self.timed_steps = 0, 0
+        self.last_step_time: float | None = None
+        self.window_start_time = time.perf_counter()
+        start_http_server(port, registry=self.registry)
+
+    def set(self, family: Any, value: float) -> None:
+        """Sets FAMILY's series for our labels; the series is looked up once, as this runs every step."""
+        series = self.series.get(id(family))
+        if series is None:
+            series = self.series[id(family)] = family.labels(**self.labels)
+        series.set(value)
+
+    def describe_run(self, step: int, global_batch: int, flops_per_sample: int | None, peak: float | None,
+                     tokens_per_sample: int | None = None) -> None:
+        self.global_batch, self.flops_per_sample, self.peak = global_batch, flops_per_sample, peak
+        self.tokens_per_sample = tokens_per_sample
+        self.set(self.step, step)
+
+    def step_finished(self, step: int) -> None:
+        now = time.perf_counter()
+        if self.last_step_time is None:
+            self.window_start_time = now
+        else:
+            self.step_seconds.observe(now - self.last_step_time)
+            self.timed_steps += 1
+        self.last_step_time = now
+        self.steps_since_report += 1
+        self.set(self.step, step)
+
+    def loss_reported(self, loss_sum: float, learning_rate: float) -> None:
+        """LOSS_SUM is the loss summed over the steps since the last report, averaged over the ranks."""
+        if self.steps_since_report == 0:
+            return
+        now = time.perf_counter()
+        self.set(self.loss, loss_sum / self.steps_since_report)
+        self.set(self.learning_rate, learning_rate)
+        if self.timed_steps:
+            samples_per_second = self.timed_steps * self.global_batch / (now - self.window_start_time)
+            self.set(self.samples_per_second, samples_per_second)
+            if self.tokens_per_sample:
+                self.set(self.tokens_per_second, samples_per_second * self.tokens_per_sample)
+            if self.flops_per_sample and self.peak:
+                # The job's FLOP/s over the peak of all its devices together.
+                self.set(self.mfu, samples_per_second * self.flops_per_sample / (self.peak * self.world_size_value))
+        self.steps_since_report, self.timed_steps, self.window_start_time = 0, 0, now
+
+    def checkpoint_saved(self, seconds: float) -> None:
+        self.set(self.checkpoint_time, time.time())
+        self.set(self.checkpoint_seconds, seconds)
+
+
+# The process's exporter: set by serve() on local rank 0 when --prometheus-port is given, else None.
+_exporter: TrainingExporter | None = None
+
+
+def serve(port: int | None, placement: Placement) -> None:
+    """Starts /metrics on PORT in local rank 0; exits with one line when the port is taken."""
+    global _exporter
+    if port is None or placement.local_rank != 0:
+        return
+    try:
+        _exporter = TrainingExporter(port, placement)
+    except OSError as error:
+        raise SystemExit(f"--prometheus-port {port}: cannot listen on {socket.gethostname()} ({error.strerror}); "
+                         "another trainer may hold it: pick a free port") from None
+
+
+def describe_run(step: int, global_batch: int, flops_per_sample: int | None, peak: float | None,
+                 tokens_per_sample: int | None = None) -> None:
+    """The step training starts at (after a resume), and what throughput and MFU are computed from:
+    samples per step, FLOPs per sample (None: unknown, as on every node but rank 0's), peak FLOP/s."""
+    if _exporter is not None:
+        _exporter.describe_run(step, global_batch, flops_per_sample, peak, tokens_per_sample)
+
+
+def step_finished(step: int) -> None:
+    if _exporter is not None:
+        _exporter.step_finished(step)
+
+
+def loss_reported(loss_sum: float, learning_rate: float) -> None:
+    if _exporter is not None:
+        _exporter.loss_reported(loss_sum, learning_rate)
+
+
+def checkpoint_saved(seconds: float) -> None:
+    if _exporter is not None:
+        _exporter.checkpoint_saved(seconds)
