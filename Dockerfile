@@ -90,6 +90,7 @@ RUN --mount=type=bind,source=docker/build,target=/build \
 ENV SHELL=/bin/bash \
     SSH_CONTAINER_PORT=2222 \
     JUPYTER_CONTAINER_PORT=8888 \
+    GPU_EXPORTER_PORT=9400 \
     LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1 \
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1

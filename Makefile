@@ -28,7 +28,7 @@ TEST_WORKERS ?= 3
 # Test suites, one folder each (docs/contributing.md says which test goes where). tests/image is what
 # every flavor and every pulled release must pass; tests/unit needs neither Docker nor an image.
 IMAGE_SUITE := tests/image
-IMAGE_SUITES := tests/image tests/editor tests/trainer tests/browser tests/deploy tests/release
+IMAGE_SUITES := tests/image tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/release
 
 IMAGE_REF := $(IMAGE):$(TAG)
 BASE_REF := $(if $(filter gpu,$(FLAVOR)),nvcr.io/nvidia/pytorch:$(NGC_TAG),$(CPU_BASE_IMAGE))

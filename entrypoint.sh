@@ -22,6 +22,9 @@ if (($#)); then CONTAINER_MODE="command"; else CONTAINER_MODE="services"; fi
 ENABLE_SSH=$(read_switch ENABLE_SSH 1)
 ENABLE_JUPYTER=$(read_switch ENABLE_JUPYTER 1)
 if [[ $CONTAINER_MODE == command ]]; then ENABLE_SSH=0 ENABLE_JUPYTER=0; fi
+# The in-container GPU exporter (docs/monitoring.md) runs beside the services or beside a command: a
+# Slurm or Kubernetes job that runs torchrun as its command is where it is needed most.
+ENABLE_GPU_EXPORTER=$(read_switch ENABLE_GPU_EXPORTER 0)
 # shellcheck disable=SC2034  # set by set_up_container_user, read by the later steps
 CONTAINER_UID="" CONTAINER_GID=""
 AS_USER=()   # the prefix that runs a command as the container user (set_up_container_user sets it)
@@ -76,6 +79,13 @@ report_hook_that_ended_start_up() {
 
 # Each service gets a session of its own (setsid), so `docker stop`'s SIGTERM, which tini passes to this
 # shell's process group, reaches the entrypoint alone, and it stops the services last (stop.sh).
+start_gpu_exporter() {
+  ((ENABLE_GPU_EXPORTER)) || return 0
+  setsid "${AS_USER[@]}" python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT" &
+  disown  # a failed exporter costs its metrics, never the container (wait -n watches the services alone)
+  log_info "GPU exporter: /metrics on port $GPU_EXPORTER_PORT"
+}
+
 start_services() {
   local started=()
   if ((ENABLE_SSH)); then
@@ -117,6 +127,7 @@ rm -f "$RUN_DIR/started" "$RUN_DIR/services"
 run_core_steps
 run_user_hooks
 if ((ENABLE_SSH)); then write_session_env; fi
+start_gpu_exporter
 # Start-up is done: from here on `docker exec` sees the final user, ids and files (tests wait for the
 # marker; the healthcheck reports nothing healthy before it).
 if [[ $CONTAINER_MODE == command ]]; then
