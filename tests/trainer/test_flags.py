@@ -1,7 +1,7 @@
 """Every flag rejects bad values with one line that names it, before any process group starts;
 --help explains every flag.
 
-Run: PATH=/work/devvenv/bin:$PATH TORCH_TESTS_ON_HOST=1 python -m pytest tests/trainer/test_flags.py -q
+Run: TORCH_TESTS_ON_HOST=1 IMAGE_UNDER_TEST=none python -m pytest tests/trainer/test_flags.py -q
 (or `make test`, which runs it inside the image).
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What rank 0 reports: JSON metrics lines with the documented fields, and TensorBoard scalars.
 
     make test PYTEST_ARGS="tests/trainer/test_observability.py"
-    PATH=/work/devvenv/bin:$PATH TORCH_TESTS_ON_HOST=1 python -m pytest tests/trainer/test_observability.py
+    TORCH_TESTS_ON_HOST=1 IMAGE_UNDER_TEST=none python -m pytest tests/trainer/test_observability.py
 """
 from __future__ import annotations
 
