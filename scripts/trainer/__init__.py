@@ -1,3 +1,4 @@
-"""Building blocks of the sample DDP trainer (`train_ddp.py`): configuration, data, model,
-checkpoints, process-group plumbing and metrics, each in its own small module so the training
-script itself reads top to bottom."""
+"""Building blocks of the sample trainer (`train_ddp.py`): configuration, data, models (CNN and GPT),
+DDP/FSDP wrapping, the training state, checkpoints, process-group plumbing and metrics, each in its own
+small module so the training script itself reads top to bottom. The package imports nothing from
+outside itself but torch (and numpy for token files), so it can be copied into another project."""

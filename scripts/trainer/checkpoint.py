@@ -124,7 +124,7 @@ def save_sharded_checkpoint(state: dict[str, Any], path: pathlib.Path, is_main: 
     dist.broadcast_object_list(announced, src=0, group=group)
     temporary: pathlib.Path = announced[0]
     try:
-        dcp.save({key: state[key] for key in SHARDED_KEYS}, checkpoint_id=temporary)
+        dcp.save({key: state[key] for key in SHARDED_KEYS}, storage_writer=ShardWriter(temporary))
     except CheckpointException as error:  # every rank gets the same one: DCP gathers all ranks' failures
         if is_main:
             shutil.rmtree(temporary, ignore_errors=True)
@@ -144,6 +144,24 @@ def save_sharded_checkpoint(state: dict[str, Any], path: pathlib.Path, is_main: 
     dist.broadcast_object_list(problem, src=0, group=group)
     if problem[0]:
         raise CheckpointWriteError(problem[0])
+
+
+class ShardWriter(dcp.FileSystemWriter):
+    """torch.distributed.checkpoint's file writer, except that a full disk reaches every rank as an OSError.
+
+    DCP sends each rank's exception to the others pickled, which drops its chain of causes; torch.save's
+    zip writer reports a failed write as a RuntimeError ("unexpected pos ..."), so the OSError that says
+    "no space left" would be lost. Raising it directly, with its errno, keeps it.
+    """
+
+    def write_data(self, plan: Any, planner: Any) -> Any:
+        try:
+            return super().write_data(plan, planner)
+        except Exception as error:
+            cause = out_of_space_cause(error)
+            if cause is None:
+                raise
+            raise OSError(cause.errno, cause.strerror) from error
 
 
 def remove_old_checkpoints(ckpt_dir: pathlib.Path, keep: int, saved_step: int) -> None:

@@ -12,7 +12,6 @@ import pathlib
 import shutil
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import torch
 
 from trainer.cli import OneLineErrorParser
@@ -212,6 +211,8 @@ def check_model_flags(args: argparse.Namespace, world_size: int) -> str | None:
         return f"--data-dir is an image folder for the CNN; --model {args.model} reads tokens: use --data-file"
     if args.data_file is None:
         return None
+    if importlib.util.find_spec("numpy") is None:
+        return "--data-file needs numpy, which is not installed; pip install numpy or drop --data-file"
     return check_token_file(args.data_file, args.seq_len, args.vocab_size, args.batch_size * world_size)
 
 
@@ -231,6 +232,8 @@ def check_token_file(path: pathlib.Path, seq_len: int, vocab_size: int, samples_
     if windows < samples_per_step:
         return (f"--data-file {path} holds {windows} windows of --seq-len {seq_len} tokens, fewer than one batch "
                 f"on every rank ({samples_per_step}); use more text, a shorter --seq-len or a smaller --batch-size")
+    import numpy as np  # only token files need numpy, for its memory map
+
     largest = int(np.memmap(path, dtype=np.uint16, mode="r").max())
     if largest >= vocab_size:
         return (f"--data-file {path} holds token id {largest}, outside --vocab-size {vocab_size}; "

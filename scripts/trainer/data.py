@@ -12,7 +12,6 @@ import os
 import pathlib
 from collections.abc import Iterator
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
@@ -70,6 +69,8 @@ class TokenFile(Dataset):
     """
 
     def __init__(self, path: pathlib.Path, seq_len: int) -> None:
+        import numpy as np  # only token files need numpy, for its memory map
+
         self.tokens = np.memmap(path, dtype=np.uint16, mode="r")
         self.seq_len = seq_len
 
@@ -78,7 +79,7 @@ class TokenFile(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         start = index * self.seq_len
-        window = torch.from_numpy(self.tokens[start:start + self.seq_len + 1].astype(np.int64))
+        window = torch.from_numpy(self.tokens[start:start + self.seq_len + 1].astype("int64"))
         return window[:-1], window[1:]
 
 

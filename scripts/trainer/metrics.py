@@ -83,7 +83,7 @@ class MetricsReporter:
             "samples_per_sec": steps * self.global_batch / elapsed, "step_time_ms": 1000 * elapsed / steps,
             "restart_count": self.restart_count,
             "max_memory_gib": max(memory_per_rank) / 2**30,
-            "memory_gib_per_rank": [round(value / 2**30, 4) for value in memory_per_rank],
+            "memory_gib_per_rank": [round(value / 2**30, 6) for value in memory_per_rank],
         }
         if self.tokens_per_sample:
             record["tokens_per_sec"] = record["samples_per_sec"] * self.tokens_per_sample

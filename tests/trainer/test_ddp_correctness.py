@@ -1,6 +1,6 @@
 """DDP computes what one process computes, keeps the ranks in lockstep, and learns the synthetic task.
 
-Run: TORCH_TESTS_ON_HOST=1 .venv-test/bin/python -m pytest tests/trainer/test_ddp_correctness.py -q
+Run: TORCH_TESTS_ON_HOST=1 IMAGE_UNDER_TEST=none .venv-test/bin/python -m pytest tests/trainer/test_ddp_correctness.py -q
 (or `make test`, which runs it inside the image).
 """
 from __future__ import annotations

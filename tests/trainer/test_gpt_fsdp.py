@@ -17,8 +17,9 @@ import pytest
 from tests.support.training import ENV, RUN_TIMEOUT_S, make_workdir, python_json, read_metrics, torchrun
 
 STEPS, HALF = 12, 6
-GPT = ("--model gpt-tiny --seq-len 32 --synthetic-samples 256 --num-workers 0 --warmup-steps 2 --lr 3e-3 "
-       "--seed 5 --log-every 1")
+SEQ_LEN = 32
+GPT = (f"--model gpt-tiny --seq-len {SEQ_LEN} --synthetic-samples 256 --num-workers 0 --warmup-steps 2 --lr 3e-3 "
+       "--seed 5 --log-every 1 --peak-tflops 1")
 GLOBAL_BATCH = 8
 # Tolerance for runs that differ only in how gradients are summed (one process, DDP's all-reduce, FSDP's
 # reduce-scatter, 2 or 4 ranks): fp32 sums in another order differ in the last bits (about 1e-7 relative).
@@ -64,7 +65,8 @@ sys.exit(train_ddp.main(sys.argv[1:]))
 def runs(torch_host, scripts_dir):
     workdir = make_workdir(torch_host)
     torch_host.check_output(f"cat > {workdir}/dump_after_resume.py <<'EOF'\n{DUMP_AFTER_RESUME}\nEOF")
-    torch_host.check_output(trainer(f"{scripts_dir}/train_ddp.py", 2, "fsdp", workdir, "fsdp"))
+    fsdp = trainer(f"{scripts_dir}/train_ddp.py", 2, "fsdp", workdir, "fsdp")
+    torch_host.check_output(f"{fsdp} > {workdir}/fsdp.out")  # the progress lines, for the metrics test
     torch_host.check_output(trainer(f"{scripts_dir}/train_ddp.py", 2, "ddp", workdir, "ddp"))
     torch_host.check_output(f"{ENV} timeout {RUN_TIMEOUT_S} python {scripts_dir}/train_ddp.py {GPT} "
                             f"--max-steps {STEPS} --save-every {HALF} --batch-size {GLOBAL_BATCH} "
@@ -104,6 +106,20 @@ def test_fsdp_ddp_and_one_process_reach_the_same_parameters(torch_host, scripts_
     assert len(losses) == STEPS and sum(losses[-3:]) < 0.9 * sum(losses[:3]), losses
 
 
+def test_metrics_report_tokens_mfu_and_the_memory_of_every_rank(torch_host, runs):
+    progress = torch_host.file(f"{runs}/fsdp.out").content_string
+    assert re.search(r"step 12/12 \| loss [\d.]+ \| .* tokens/s \| .* \| mfu [\d.]+% \| mem [\d.]+ GiB/rank", progress)
+    fsdp, ddp = (read_metrics(torch_host, f"{runs}/{name}.jsonl")[-1] for name in ("fsdp", "ddp"))
+    assert fsdp["tokens_per_sec"] == pytest.approx(fsdp["samples_per_sec"] * SEQ_LEN)
+    # 6N + 12 L H Q T FLOPs per token (trainer/gpt.py), over 2 ranks' peak of 1 TFLOP/s (--peak-tflops 1)
+    weights = 462_336 - 256 * 128  # gpt-tiny's parameters less the position embeddings
+    flops_per_token = 6 * weights + 12 * 2 * 128 * SEQ_LEN
+    assert fsdp["mfu"] == pytest.approx(fsdp["tokens_per_sec"] * flops_per_token / 2e12)
+    # Parameters, gradients and AdamW state: each FSDP rank holds half of what each DDP rank holds.
+    assert len(fsdp["memory_gib_per_rank"]) == len(ddp["memory_gib_per_rank"]) == 2
+    assert fsdp["max_memory_gib"] == pytest.approx(ddp["max_memory_gib"] / 2, rel=0.001), (fsdp, ddp)
+
+
 def test_export_is_a_plain_state_dict_for_the_bare_model(torch_host, scripts_dir, runs):
     exported = f"{runs}/exported.pt"
     torch_host.check_output(f"{ENV} timeout 60 python {scripts_dir}/export_weights.py --ckpt-dir {runs}/fsdp "
@@ -118,22 +134,25 @@ print(json.dumps(str(model.load_state_dict(torch.load({exported!r}, weights_only
     assert result == "<All keys matched successfully>"
 
 
-def compare_loaded_with_saved(torch_host, loaded: str, saved_folder: str) -> dict:
-    """Model and optimizer tensors of LOADED (a dump after resume) against the sharded checkpoint SAVED_FOLDER,
-    read whole in one process; both as full tensors, compared bit for bit."""
+def compare_loaded_with_saved(torch_host, pairs: list[tuple[str, str]]) -> list[dict]:
+    """For each (LOADED, SAVED_FOLDER): the model and optimizer tensors of LOADED (a dump right after resume)
+    against the sharded checkpoint SAVED_FOLDER read whole in one process, compared bit for bit."""
     return python_json(torch_host, f"""
 import json, torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-dcp_to_torch_save({saved_folder!r}, {saved_folder!r} + ".full.pt")
-saved = torch.load({saved_folder!r} + ".full.pt", weights_only=True)
-loaded = torch.load({loaded!r}, weights_only=True)
-model_equal = loaded["model"].keys() == saved["model"].keys() and all(
-    torch.equal(loaded["model"][k], saved["model"][k]) for k in loaded["model"])
-optimizer_equal = loaded["optimizer"]["state"].keys() == saved["optimizer"]["state"].keys() and all(
-    torch.equal(value, saved["optimizer"]["state"][name][key])
-    for name, state in loaded["optimizer"]["state"].items() for key, value in state.items())
-print(json.dumps({{"model": model_equal, "optimizer": optimizer_equal,
-                  "tensors": len(loaded["model"]) + len(loaded["optimizer"]["state"])}}))
+results = []
+for loaded_file, saved_folder in {pairs!r}:
+    dcp_to_torch_save(saved_folder, saved_folder + ".full.pt")
+    saved = torch.load(saved_folder + ".full.pt", weights_only=True)
+    loaded = torch.load(loaded_file, weights_only=True)
+    model_equal = loaded["model"].keys() == saved["model"].keys() and all(
+        torch.equal(loaded["model"][k], saved["model"][k]) for k in loaded["model"])
+    optimizer_equal = loaded["optimizer"]["state"].keys() == saved["optimizer"]["state"].keys() and all(
+        torch.equal(value, saved["optimizer"]["state"][name][key])
+        for name, state in loaded["optimizer"]["state"].items() for key, value in state.items())
+    results.append({{"model": model_equal, "optimizer": optimizer_equal,
+                    "tensors": len(loaded["model"]) + len(loaded["optimizer"]["state"])}})
+print(json.dumps(results))
 """)
 
 
@@ -147,8 +166,6 @@ def test_resharding_2_to_4_to_2_ranks_loads_exactly_what_was_saved_and_training_
     dump = f"{runs}/dump_after_resume.py {scripts_dir}"
     resume_copy(torch_host, runs, "fsdp", HALF, "reshard4")
     torch_host.check_output(trainer(dump, 4, "fsdp", runs, "reshard4", save_every=3))
-    two_to_four = compare_loaded_with_saved(torch_host, f"{runs}/reshard4/loaded.pt", f"{runs}/fsdp/step_{HALF:06d}")
-    assert two_to_four["model"] and two_to_four["optimizer"] and two_to_four["tensors"] > 20, two_to_four
     losses = [record["loss"] for record in read_metrics(torch_host, f"{runs}/reshard4.jsonl")]
     assert len(losses) == STEPS - HALF and losses[-1] < losses[0], losses
 
@@ -157,9 +174,13 @@ def test_resharding_2_to_4_to_2_ranks_loads_exactly_what_was_saved_and_training_
     resume_copy(torch_host, runs, "reshard4", 9, "reshard2")
     output = torch_host.check_output(trainer(dump, 2, "fsdp", runs, "reshard2") + " 2>&1")
     assert f"resumed from {runs}/reshard2/step_000009: step 9" in output
-    four_to_two = compare_loaded_with_saved(torch_host, f"{runs}/reshard2/loaded.pt", four_rank_checkpoint)
-    assert four_to_two["model"] and four_to_two["optimizer"], four_to_two
     assert [record["step"] for record in read_metrics(torch_host, f"{runs}/reshard2.jsonl")] == [10, 11, 12]
+
+    two_to_four, four_to_two = compare_loaded_with_saved(torch_host, [
+        (f"{runs}/reshard4/loaded.pt", f"{runs}/fsdp/step_{HALF:06d}"),
+        (f"{runs}/reshard2/loaded.pt", four_rank_checkpoint)])
+    assert two_to_four["model"] and two_to_four["optimizer"] and two_to_four["tensors"] > 20, two_to_four
+    assert four_to_two["model"] and four_to_two["optimizer"], four_to_two
 
     for resharded in ("reshard4", "reshard2"):
         comparison = compare_models(torch_host, scripts_dir, f"{runs}/{resharded}", f"{runs}/fsdp")

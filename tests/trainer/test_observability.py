@@ -1,7 +1,7 @@
 """What rank 0 reports: JSON metrics lines with the documented fields, and TensorBoard scalars.
 
     make test PYTEST_ARGS="tests/trainer/test_observability.py"
-    TORCH_TESTS_ON_HOST=1 .venv-test/bin/python -m pytest tests/trainer/test_observability.py
+    TORCH_TESTS_ON_HOST=1 IMAGE_UNDER_TEST=none .venv-test/bin/python -m pytest tests/trainer/test_observability.py
 """
 from __future__ import annotations
 

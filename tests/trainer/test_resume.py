@@ -1,7 +1,7 @@
 """Stopping and restarting changes nothing: SIGTERM/SIGINT, a SIGKILLed worker under torchrun
 --max-restarts and a truncated newest checkpoint all end exactly where an uninterrupted run ends.
 
-Run: TORCH_TESTS_ON_HOST=1 .venv-test/bin/python -m pytest tests/trainer/test_resume.py -q
+Run: TORCH_TESTS_ON_HOST=1 IMAGE_UNDER_TEST=none .venv-test/bin/python -m pytest tests/trainer/test_resume.py -q
 (or `make test`, which runs it inside the image).
 """
 from __future__ import annotations
