@@ -8,8 +8,10 @@
 #      (sshd, a shell, tmux, JupyterLab, a notebook kernel) or `docker exec` started. Not to the session
 #      holders themselves: when one ends, the terminal it held sends SIGHUP to the jobs in it, which
 #      would kill a trainer in the middle of its checkpoint. Not to the processes below the top either:
-#      torchrun passes the signal to its workers, and a trainer stops its own DataLoader workers, which
-#      die of a SIGTERM of their own and take the step down with them.
+#      a trainer stops its own DataLoader workers, which die of a SIGTERM of their own and take the
+#      step down with them. One exception: torchrun's workers get the signal instead of torchrun,
+#      whose agent turns a SIGTERM of its own into exit status 1 and a traceback even when every
+#      worker saved; seeing its workers finish, it ends as a job that succeeded, with 0.
 #   2. Wait for all of that work to exit, for at most STOP_TIMEOUT seconds (25: inside compose's 30 s).
 #   3. SIGTERM to everything left, services included, and exit 0.
 
@@ -70,11 +72,24 @@ user_work_processes() {
   done
 }
 
-# The top of each piece of work: the processes in $@ whose parent is a session holder.
+is_torchrun_agent() {
+  [[ $(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) =~ (/torchrun|torch\.distributed\.run|torch/distributed/run\.py)\  ]]
+}
+
+# What to signal for the work in $@: the processes whose parent is a session holder, but for torchrun
+# its workers (the processes in $@ whose parent it is).
 tops_of() {
-  local pid
+  local pid child workers
   for pid in "$@"; do
-    is_session_holder "$(parent_of "$pid")" && echo "$pid"
+    is_session_holder "$(parent_of "$pid")" || continue
+    workers=()
+    if is_torchrun_agent "$pid"; then
+      for child in "$@"; do
+        [[ $(parent_of "$child") == "$pid" ]] && workers+=("$child")
+      done
+    fi
+    # A torchrun still in its rendezvous has no workers yet: it gets the signal itself.
+    if ((${#workers[@]})); then printf '%s\n' "${workers[@]}"; else echo "$pid"; fi
   done
 }
 
