@@ -48,7 +48,7 @@ def test_two_nodes_of_two_ranks_train_what_one_node_of_four_ranks_trains(new_job
     assert two_by_two.wait_for_exit(NODE_SERVICES, JOB_TIMEOUT_S) == {"node0": 0, "node1": 0}, two_by_two.all_logs()
     assert one_by_four.wait_for_exit(("node0",), JOB_TIMEOUT_S) == {"node0": 0}, one_by_four.all_logs(("node0",))
     for job in (two_by_two, one_by_four):
-        assert "training on 4 rank(s)" in job.logs("node0")
+        assert " on 4 rank(s) with " in job.logs("node0")
         assert "done: 8 steps" in job.logs("node0")
     comparison = final_checkpoints_match(image, two_by_two.checkpoint_volume(), one_by_four.checkpoint_volume())
     assert comparison["files"] == ["step_000008.pt", "step_000008.pt"], comparison
@@ -66,9 +66,9 @@ def test_a_lost_node_that_returns_rejoins_and_the_job_finishes_from_the_shared_c
     job.wait_for_log("node0", "saved checkpoint", timeout=120)
     job.compose("kill", "node1")  # SIGKILL: a node that vanishes, as on a hardware failure
 
-    job.wait_for_log("node0", "training on 2 rank(s)", timeout=90)  # went on alone from the checkpoint
+    job.wait_for_log("node0", " on 2 rank(s) with ", timeout=90)  # went on alone from the checkpoint
     job.start("node1")
-    job.wait_for_log("node0", "training on 4 rank(s)", timeout=120, count=2)  # re-formed with node1
+    job.wait_for_log("node0", " on 4 rank(s) with ", timeout=120, count=2)  # re-formed with node1
     codes = job.wait_for_exit(NODE_SERVICES, JOB_TIMEOUT_S)
 
     assert codes == {"node0": 0, "node1": 0}, job.all_logs()
