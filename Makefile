@@ -153,7 +153,7 @@ ssh-config: ## Print a Host block for ~/.ssh/config (make ssh-config >> ~/.ssh/c
 	  "  ServerAliveInterval 60"
 
 RUN_TESTS = IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) \
-  $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile
+  $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=20
 # PYTEST_ARGS that name tests replace the default suites (make test PYTEST_ARGS=tests/image/test_ssh.py).
 suites_unless_named = $(if $(filter tests/%,$(PYTEST_ARGS)),,$(1))
 
