@@ -11,7 +11,6 @@ import dataclasses
 import pathlib
 import shutil
 import subprocess
-import time
 import uuid
 
 import requests
@@ -19,6 +18,7 @@ import yaml
 
 from tests.support import REPO_ROOT
 from tests.support.containers import LIVE_CONTAINERS, Container, docker
+from tests.support.waiting import wait_until
 
 PROMETHEUS_IMAGE = "pytorch-dev-test-prometheus:latest"
 IMAGE_CONTEXT = pathlib.Path(__file__).resolve().parent / "prometheus_image"
@@ -79,14 +79,8 @@ class PrometheusServer:
 
     def wait_for(self, expr: str, timeout: float = 90) -> list[dict]:
         """Polls EXPR until it returns something; returns that."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            result = self.query(expr)
-            if result:
-                return result
-            time.sleep(1)
-        targets = self.api("targets")
-        raise AssertionError(f"{expr} returned nothing within {timeout} s; targets: {targets}")
+        return wait_until(lambda: self.query(expr), timeout, interval=1,
+                          failure=lambda: f"{expr} returned nothing; targets: {self.api('targets')}")
 
 
 def start_prometheus(network: str, config_dir: pathlib.Path) -> PrometheusServer:
@@ -99,14 +93,11 @@ def start_prometheus(network: str, config_dir: pathlib.Path) -> PrometheusServer
            "--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/tmp/data",
            "--web.listen-address=:9090")
     url = f"http://127.0.0.1:{container.published_port(9090)}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         try:
-            if requests.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                return PrometheusServer(container, url)
+            return requests.get(f"{url}/-/ready", timeout=2).status_code == 200
         except requests.ConnectionError:
-            pass
-        if not container.state()["Running"]:
-            break
-        time.sleep(0.5)
-    raise AssertionError(f"Prometheus did not become ready:\n{container.logs()[-3000:]}")
+            container.fail_if_exited("before Prometheus was ready")
+            return False
+    wait_until(ready, 60, failure=lambda: f"Prometheus did not become ready:\n{container.logs()[-3000:]}")
+    return PrometheusServer(container, url)

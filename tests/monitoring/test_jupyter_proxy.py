@@ -6,7 +6,6 @@ Chromium), refused without it; NVIDIA's GPU dashboards behind the same token; nv
 from __future__ import annotations
 
 import shutil
-import time
 
 import pytest
 import requests
@@ -14,6 +13,7 @@ import requests
 from tests.support import REPO_ROOT
 from tests.support.containers import host_has_nvidia_runtime, start_container
 from tests.support.host_tools import skip_where_missing
+from tests.support.waiting import wait_until
 
 TOKEN = "proxy-test-token-3b9e51"
 RUN_NAME = "demo-run"
@@ -43,17 +43,22 @@ def jupyter(image):
 def get_with_token(url: str, timeout: float = 90) -> requests.Response:
     """GET with the token until it answers 200 or TIMEOUT passes: JupyterLab takes a while to start, and
     the proxy starts TensorBoard on its first request."""
-    deadline = time.monotonic() + timeout
-    while True:
+    last: list[requests.Response | Exception] = []
+
+    def answered() -> requests.Response | None:
         try:
             response = requests.get(url, headers={"Authorization": f"token {TOKEN}"}, timeout=30)
         except requests.ConnectionError as error:
-            response, failure = None, error
-        if response is not None and (response.status_code == 200 or time.monotonic() > deadline):
-            return response
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{url} did not answer within {timeout} s: {failure}")
-        time.sleep(1)
+            last[:] = [error]
+            return None
+        last[:] = [response]
+        return response if response.status_code == 200 else None
+    try:
+        return wait_until(answered, timeout, interval=1, failure=lambda: f"{url} did not answer: {last}")
+    except AssertionError:
+        if last and isinstance(last[0], requests.Response):
+            return last[0]  # the caller asserts on the status it got
+        raise
 
 
 def test_tensorboard_answers_through_jupyter_with_the_token_and_reads_the_workspace(jupyter):
