@@ -67,7 +67,8 @@ def training_job(image, network, prometheus) -> dict[str, Container]:
         # The GPU exporter as the container's start-up step would run it (see docs/monitoring.md).
         docker("exec", "--detach", "--user", "dev", nodes["node0"].name,
                "python", "/opt/scripts/gpu_exporter.py", "--port", str(GPU_EXPORTER_PORT))
-        prometheus.wait_for(f"count_over_time(trainer_loss[5m]) >= {LOSS_SAMPLES}", timeout=150)
+        # node0's own series: the tests read it, and node1's may reach the count a scrape earlier.
+        prometheus.wait_for(f'count_over_time(trainer_loss{{node="node0"}}[5m]) >= {LOSS_SAMPLES}', timeout=150)
         yield {"rdzv_id": rdzv_id, **nodes}
     finally:
         for container in nodes.values():
