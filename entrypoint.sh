@@ -77,8 +77,6 @@ report_hook_that_ended_start_up() {
     "$hook" "$status" "$USER_HOOKS_DIR" >&2
 }
 
-# Each service gets a session of its own (setsid), so `docker stop`'s SIGTERM, which tini passes to this
-# shell's process group, reaches the entrypoint alone, and it stops the services last (stop.sh).
 start_gpu_exporter() {
   ((ENABLE_GPU_EXPORTER)) || return 0
   setsid "${AS_USER[@]}" python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT" &
@@ -86,6 +84,8 @@ start_gpu_exporter() {
   log_info "GPU exporter: /metrics on port $GPU_EXPORTER_PORT"
 }
 
+# Each service gets a session of its own (setsid), so `docker stop`'s SIGTERM, which tini passes to this
+# shell's process group, reaches the entrypoint alone, and it stops the services last (stop.sh).
 start_services() {
   local started=()
   if ((ENABLE_SSH)); then
