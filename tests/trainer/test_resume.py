@@ -63,16 +63,18 @@ def exit_status_and_seconds(output: str) -> tuple[int, float]:
 def test_sigterm_stops_saves_and_a_restart_ends_like_an_uninterrupted_run(torch_host, scripts_dir, reference):
     workdir = reference
     command = f"{torchrun(f'{scripts_dir}/train_ddp.py')} {trainer_flags(workdir, 'sigterm')}"
+    # One SIGTERM to torchrun itself ($pid is coreutils timeout, which would pass a signal on twice: to
+    # torchrun and again to its whole process group, and torchrun raises once per signal it receives).
     output = torch_host.check_output(signal_when_step_logged(
-        command, f"{workdir}/sigterm.jsonl", STOP_AFTER_STEP, "kill -TERM $pid", f"{workdir}/sigterm.log"))
+        command, f"{workdir}/sigterm.jsonl", STOP_AFTER_STEP, "kill -TERM $(pgrep -P $pid)", f"{workdir}/sigterm.log"))
     status, seconds = exit_status_and_seconds(output)
     log = torch_host.file(f"{workdir}/sigterm.log").content_string
     stopped = re.search(r"stopped by SIGTERM at step (\d+)/", log)
     assert stopped, log
     # The workers saved and returned 0; torchrun's agent itself then re-raises the SIGTERM it received as
     # SignalException (torch/distributed/launcher/api.py: "except SignalException: ... raise"), which
-    # prints its traceback and exits 1 whatever the workers did. That traceback must be the only one.
-    assert status == 1 and log.count("Traceback") == 1, log
+    # prints its traceback and exits 1 whatever the workers did. No traceback may come from the trainer.
+    assert status == 1 and f"{scripts_dir}/" not in "".join(re.findall(r'  File "[^"]*"', log)), log
     assert re.search(r"SignalException: Process \d+ got signal: 15\s*$", log), log
     stop_step = int(stopped[1])
     assert STOP_AFTER_STEP <= stop_step < STEPS
