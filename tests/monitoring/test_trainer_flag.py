@@ -19,7 +19,8 @@ def test_a_bad_port_is_one_line_naming_the_flag(training_container):
 
 def test_a_taken_port_is_one_line_saying_what_to_do(training_container):
     result = training_container.run(
-        "python -m http.server 9411 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1; "
+        "python -m http.server 9411 --bind 127.0.0.1 >/dev/null 2>&1 & "
+        "timeout 30 bash -c 'until ss -ltnH | grep -q 127.0.0.1:9411; do sleep 0.1; done'; "
         f"{TRAINER} --prometheus-port 9411 --max-steps 1; status=$?; kill %1; exit $status")
     assert result.rc != 0
     assert result.stderr.strip().splitlines() == [
