@@ -8,13 +8,13 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 import paramiko
 import pytest
 
 from tests.support.containers import docker, run_container_to_completion, start_container
 from tests.support.ssh_client import generate_key, host_key_fingerprint, public_line, run, ssh_session
+from tests.support.waiting import wait_until
 
 PUBLISH_SSH = ["--publish", "127.0.0.1::2222"]
 NO_JUPYTER = ["--env", "ENABLE_JUPYTER=0"]
@@ -213,9 +213,13 @@ def test_the_session_environment_hides_secrets_and_is_readable_by_the_user_only(
 
 
 def test_health_probes_leave_nothing_in_the_log(ssh_container):
-    # Three probes at 5 s apart; each used to leave sshd's "Connection closed ... [preauth]" lines.
-    before = ssh_container.logs()
-    time.sleep(16)
+    # Each probe used to leave sshd's "Connection closed ... [preauth]" lines. Docker keeps the last five
+    # probes in Health.Log; wait for three new ones to have ended (the image probes every 5 s).
+    def probe_ends() -> set[str]:
+        return {probe["End"] for probe in ssh_container.state()["Health"]["Log"]}
+    before, earlier_probes = ssh_container.logs(), probe_ends()
+    wait_until(lambda: len(probe_ends() - earlier_probes) >= 3, 60, interval=1,
+               failure="the health check did not run three times in 60 s")
     added = ssh_container.logs()[len(before):]
     assert ssh_container.state()["Health"]["Status"] == "healthy"
     assert "preauth" not in added and "Connection" not in added, added

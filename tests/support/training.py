@@ -46,6 +46,33 @@ def torchrun(script: str, nproc: int = 2, options: str = "") -> str:
     return f"{ENV} timeout {RUN_TIMEOUT_S} torchrun --standalone --nproc-per-node={nproc} {options} {script}"
 
 
+# One SIGTERM to torchrun itself, for signal_when_step_logged. `kill $pid` would signal coreutils timeout,
+# which passes a signal on twice (to torchrun, then to its whole process group), and torchrun's agent raises
+# once per signal it receives, so a second one cuts its shutdown of the workers short.
+SIGTERM_TO_TORCHRUN = "kill -TERM $(pgrep -P $pid)"
+
+
+def signal_when_step_logged(command: str, metrics_file: str, step: int, kill: str, log: str) -> str:
+    """Shell: start COMMAND in the background, wait until STEP is in METRICS_FILE, run KILL ($pid is the
+    command's pid: coreutils timeout for torchrun()), wait for the command and print its exit status and the
+    milliseconds it took to exit (read them with exit_status_and_seconds)."""
+    return f"""
+{command} > {log} 2>&1 &
+pid=$!
+timeout {RUN_TIMEOUT_S} bash -c 'until grep -q "\\"step\\": {step}," {metrics_file} 2>/dev/null; do sleep 0.05; done'
+{kill}
+signalled=$(date +%s%N)
+wait $pid
+status=$?
+echo "$status $(( ($(date +%s%N) - signalled) / 1000000 ))"
+"""
+
+
+def exit_status_and_seconds(output: str) -> tuple[int, float]:
+    status, milliseconds = output.split()[-2:]
+    return int(status), int(milliseconds) / 1000
+
+
 def write_per_rank_dump(host: testinfra.host.Host, workdir: str) -> str:
     """Writes the PER_RANK_DUMP wrapper into WORKDIR on the host and returns its path."""
     path = f"{workdir}/dump_ranks.py"

@@ -14,7 +14,8 @@ import re
 
 import pytest
 
-from tests.support.training import ENV, RUN_TIMEOUT_S, make_workdir, python_json, read_metrics, torchrun
+from tests.support.training import (ENV, RUN_TIMEOUT_S, SIGTERM_TO_TORCHRUN, make_workdir, python_json, read_metrics,
+                                    signal_when_step_logged, torchrun)
 
 STEPS, HALF = 12, 6
 SEQ_LEN = 32
@@ -201,14 +202,9 @@ def test_a_checkpoint_resumes_under_the_other_parallelism(torch_host, scripts_di
 def test_sigterm_under_fsdp_saves_and_the_resumed_run_ends_like_the_uninterrupted_one(
         torch_host, scripts_dir, runs):
     command = trainer(f"{scripts_dir}/train_ddp.py", 2, "fsdp", runs, "sigterm")
-    output = torch_host.check_output(f"""
-{command} > {runs}/sigterm.log 2>&1 &
-pid=$!
-timeout {RUN_TIMEOUT_S} bash -c 'until grep -q "\\"step\\": 2," {runs}/sigterm.jsonl 2>/dev/null; do sleep 0.02; done'
-kill -TERM $pid
-wait $pid
-echo "status $?"
-""")
+    # Signalled at step 1 of 12: under load the wait may lag a few steps behind the trainer.
+    output = torch_host.check_output(signal_when_step_logged(
+        command, f"{runs}/sigterm.jsonl", 1, SIGTERM_TO_TORCHRUN, f"{runs}/sigterm.log"))
     log = torch_host.file(f"{runs}/sigterm.log").content_string
     stopped = re.search(r"stopped by SIGTERM at step (\d+)/", log)
     assert stopped, output + log

@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from tests.support.training import ENV, RUN_TIMEOUT_S, TINY_RUN, make_workdir, read_metrics, tensors_equal, torchrun
+from tests.support.training import (ENV, RUN_TIMEOUT_S, SIGTERM_TO_TORCHRUN, TINY_RUN, exit_status_and_seconds,
+                                    make_workdir, read_metrics, signal_when_step_logged, tensors_equal, torchrun)
 
 STEPS = 40
 STOP_AFTER_STEP = 12  # mid-epoch (16 steps an epoch) and between two --save-every 10 checkpoints
@@ -24,21 +25,6 @@ def trainer_flags(workdir: str, name: str, save_every: int = 10) -> str:
 
 def final_checkpoint(workdir: str, name: str) -> str:
     return f"{workdir}/{name}/step_{STEPS:06d}.pt"
-
-
-def signal_when_step_logged(command: str, metrics_file: str, step: int, kill: str, log: str) -> str:
-    """Shell: start COMMAND in the background, wait until STEP is in METRICS_FILE, run KILL ($pid is the
-    command's pid), wait for the command and print its exit status and the milliseconds it took to exit."""
-    return f"""
-{command} > {log} 2>&1 &
-pid=$!
-timeout {RUN_TIMEOUT_S} bash -c 'until grep -q "\\"step\\": {step}," {metrics_file} 2>/dev/null; do sleep 0.05; done'
-{kill}
-signalled=$(date +%s%N)
-wait $pid
-status=$?
-echo "$status $(( ($(date +%s%N) - signalled) / 1000000 ))"
-"""
 
 
 @pytest.fixture(scope="module")
@@ -55,18 +41,11 @@ def reference(torch_host, scripts_dir, workdir) -> str:
     return workdir
 
 
-def exit_status_and_seconds(output: str) -> tuple[int, float]:
-    status, milliseconds = output.split()[-2:]
-    return int(status), int(milliseconds) / 1000
-
-
 def test_sigterm_stops_saves_and_a_restart_ends_like_an_uninterrupted_run(torch_host, scripts_dir, reference):
     workdir = reference
     command = f"{torchrun(f'{scripts_dir}/train_ddp.py')} {trainer_flags(workdir, 'sigterm')}"
-    # One SIGTERM to torchrun itself ($pid is coreutils timeout, which would pass a signal on twice: to
-    # torchrun and again to its whole process group, and torchrun raises once per signal it receives).
     output = torch_host.check_output(signal_when_step_logged(
-        command, f"{workdir}/sigterm.jsonl", STOP_AFTER_STEP, "kill -TERM $(pgrep -P $pid)", f"{workdir}/sigterm.log"))
+        command, f"{workdir}/sigterm.jsonl", STOP_AFTER_STEP, SIGTERM_TO_TORCHRUN, f"{workdir}/sigterm.log"))
     status, seconds = exit_status_and_seconds(output)
     log = torch_host.file(f"{workdir}/sigterm.log").content_string
     stopped = re.search(r"stopped by SIGTERM at step (\d+)/", log)
