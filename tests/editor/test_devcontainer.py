@@ -103,7 +103,7 @@ def test_devcontainer_up_and_exec_work_as_the_user_with_the_services_running(dev
     def jupyter_status(params: dict[str, str]) -> int | None:
         try:
             return requests.get(jupyter, params=params, timeout=10).status_code
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             return None
     assert wait_until(lambda: jupyter_status({"token": TOKEN}), 90, failure="JupyterLab did not answer") == 200
     assert jupyter_status({}) == 403

@@ -79,7 +79,7 @@ def test_the_forwards_bring_jupyter_and_tensorboard_here(ssh_client_setup):
         def answers(port: int, path: str) -> bool:
             try:
                 return requests.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
                 assert tunnel.poll() is None, tunnel.stderr.read() if tunnel.stderr else "ssh exited"
                 return False
         wait_until(lambda: answers(forwards["JUPYTER_LOCAL_PORT"], f"/api/contents?token={TOKEN}"), 60,

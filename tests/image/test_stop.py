@@ -39,6 +39,7 @@ from jupyter_client.connect import find_connection_file
 client = BlockingKernelClient(connection_file=find_connection_file("kernel-{kernel['id']}.json"))
 client.load_connection_file()
 client.start_channels()
+client.wait_for_ready(timeout=60)  # else the first request can go out before the kernel listens
 reply = client.execute_interactive({cell!r}, timeout=60)
 assert reply["content"]["status"] == "ok", reply
 """

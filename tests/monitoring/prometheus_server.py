@@ -96,7 +96,7 @@ def start_prometheus(network: str, config_dir: pathlib.Path) -> PrometheusServer
     def ready() -> bool:
         try:
             return requests.get(f"{url}/-/ready", timeout=2).status_code == 200
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             container.fail_if_exited("before Prometheus was ready")
             return False
     wait_until(ready, 60, failure=lambda: f"Prometheus did not become ready:\n{container.logs()[-3000:]}")

@@ -31,6 +31,7 @@ TRAINING = ("--model tiny --image-size 16 --synthetic-samples 1024 --batch-size 
             f"--ckpt-dir /tmp/checkpoints --prometheus-port {TRAINER_PORT}")
 RATE_INTERVAL = "10s"  # what Grafana's $__rate_interval becomes at a 1 s scrape interval
 LOSS_SAMPLES = 15
+LOSS_FALLS_BY_STEP = 200  # the loss is well below its first value by then, at lr 5e-4
 
 
 def torchrun_command(rdzv_id: str) -> list[str]:
@@ -69,6 +70,8 @@ def training_job(image, network, prometheus) -> dict[str, Container]:
                "python", "/opt/scripts/gpu_exporter.py", "--port", str(GPU_EXPORTER_PORT))
         # node0's own series: the tests read it, and node1's may reach the count a scrape earlier.
         prometheus.wait_for(f'count_over_time(trainer_loss{{node="node0"}}[5m]) >= {LOSS_SAMPLES}', timeout=150)
+        # Samples come with time, learning with steps: on a loaded machine 15 s may be too few steps.
+        prometheus.wait_for(f'trainer_step{{node="node0"}} >= {LOSS_FALLS_BY_STEP}', timeout=150)
         yield {"rdzv_id": rdzv_id, **nodes}
     finally:
         for container in nodes.values():
@@ -81,7 +84,9 @@ def values_of(prometheus: PrometheusServer, selector: str) -> list[float]:
 
 
 def test_prometheus_finds_and_scrapes_every_node_by_its_compose_name(prometheus, training_job):
-    up = {series["metric"]["instance"]: series["value"][1] for series in prometheus.query('up{job="trainer"}')}
+    # Over the last 10 s: at a 1 s interval the scrape timeout is 1 s, which a starved trainer may miss once.
+    up = {series["metric"]["instance"]: series["value"][1]
+          for series in prometheus.query('max_over_time(up{job="trainer"}[10s])')}
     assert up == {node: "1" for node in NODES}
     steps = prometheus.query("trainer_step")
     labels = {(series["metric"]["training_job"], series["metric"]["node"]) for series in steps}
@@ -133,7 +138,8 @@ def test_every_alert_rule_evaluates_and_a_healthy_job_raises_none(prometheus, tr
     loaded = [rule for group in prometheus.api("rules")["groups"] for rule in group["rules"]]
     assert len(loaded) == sum(len(group["rules"]) for group in groups)
     assert all(rule["health"] == "ok" for rule in loaded), [(r["name"], r.get("lastError")) for r in loaded]
-    assert prometheus.api("alerts")["alerts"] == []
+    # Pending is not raised: one scrape missed on a loaded machine makes TrainingTargetDown pending until the next.
+    assert [alert for alert in prometheus.api("alerts")["alerts"] if alert["state"] == "firing"] == []
 
 
 def test_the_gpu_exporter_serves_a_valid_exposition_of_zero_gpus_without_a_gpu(prometheus, training_job):
