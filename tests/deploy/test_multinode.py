@@ -63,12 +63,15 @@ def test_a_lost_node_that_returns_rejoins_and_the_job_finishes_from_the_shared_c
     job = new_job(NNODES="1:2", NPROC_PER_NODE="2", MAX_RESTARTS="3", RDZV_LAST_CALL_TIMEOUT="3",
                   TRAIN_ARGS=f"{TINY_TRAINING} --max-steps 1000 --save-every 20 --log-every 100")
     job.start("node0", "node1")
+    # Counted from here on: if node1 starts over 3 s late, node0 may first train alone, then re-form with it.
+    job.wait_for_log("node0", " on 4 rank(s) with ", timeout=120)
+    formed = {ranks: job.logs("node0").count(f" on {ranks} rank(s) with ") for ranks in (2, 4)}
     job.wait_for_log("node0", "saved checkpoint", timeout=120)
     job.compose("kill", "node1")  # SIGKILL: a node that vanishes, as on a hardware failure
 
-    job.wait_for_log("node0", " on 2 rank(s) with ", timeout=90)  # went on alone from the checkpoint
+    job.wait_for_log("node0", " on 2 rank(s) with ", timeout=90, count=formed[2] + 1)  # alone, from the checkpoint
     job.start("node1")
-    job.wait_for_log("node0", " on 4 rank(s) with ", timeout=120, count=2)  # re-formed with node1
+    job.wait_for_log("node0", " on 4 rank(s) with ", timeout=120, count=formed[4] + 1)  # re-formed with node1
     codes = job.wait_for_exit(NODE_SERVICES, JOB_TIMEOUT_S)
 
     assert codes == {"node0": 0, "node1": 0}, job.all_logs()

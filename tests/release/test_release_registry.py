@@ -114,7 +114,7 @@ def test_pushed_digest_pulls_the_same_image(registry, image, flavor):
         docker("image", "rm", digest_ref, check=False)
 
 
-def test_a_release_build_pins_its_base_by_digest(registry, image, flavor):
+def test_a_release_build_pins_its_base_by_digest(registry, image, flavor, tmp_path):
     """RELEASE=1 builds FROM base@digest (resolved through the registry) and records the digest in a label;
     a digest the registry does not hold fails the build."""
     if flavor != "cpu":
@@ -124,13 +124,15 @@ def test_a_release_build_pins_its_base_by_digest(registry, image, flavor):
     docker("push", base, timeout=PUSH_TIMEOUT_S)  # gives the local base its registry digest
     release_image = f"pt-release-digest-test:{os.getpid()}"
     try:
-        built = make("build", release_image, "cpu", "RELEASE=1", f"CPU_BASE_IMAGE={base}", *build_variables())
+        # Its SBOM goes to tmp_path: .build holds the SBOM of the image under test, which test_release.py reads.
+        built = make("build", release_image, "cpu", "RELEASE=1", f"CPU_BASE_IMAGE={base}", f"RELEASE_DIR={tmp_path}",
+                     *build_variables())
         assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
         digest = docker("image", "inspect", "--format", "{{index .RepoDigests 0}}", base).stdout.strip().split("@")[1]
         labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", release_image).stdout)
         assert labels["dev.pytorch-dev.base-digest"] == digest
 
-        wrong = make("build", release_image, "cpu", "RELEASE=1", f"CPU_BASE_IMAGE={base}",
+        wrong = make("build", release_image, "cpu", "RELEASE=1", f"CPU_BASE_IMAGE={base}", f"RELEASE_DIR={tmp_path}",
                      f"BASE_DIGEST=sha256:{'0' * 64}", *build_variables())
         assert wrong.returncode != 0 and "sha256:" + "0" * 64 in wrong.stdout + wrong.stderr
     finally:

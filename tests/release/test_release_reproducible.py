@@ -29,12 +29,15 @@ def pip_freeze(image: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def second_build(image: str, flavor: str) -> Iterator[str]:
-    """The same checkout built again under another tag, without the layer cache; removed after."""
+def second_build(image: str, flavor: str, tmp_path_factory) -> Iterator[str]:
+    """The same checkout built again under another tag, without the layer cache; removed after. Its SBOM
+    goes to a temporary folder, not beside the image under test's in .build."""
     name, _ = split_image_ref(image)
     tag = f"{flavor}-repro-{uuid.uuid4().hex[:8]}"
     commands = subprocess.run(["make", "-n", "-s", "--no-print-directory", "build", f"IMAGE={name}", f"TAG={tag}",
-                               f"FLAVOR={flavor}", *build_variables()], cwd=REPO_ROOT, env=environment_without_make(),
+                               f"FLAVOR={flavor}", f"RELEASE_DIR={tmp_path_factory.mktemp('release')}",
+                               *build_variables()],
+                              cwd=REPO_ROOT, env=environment_without_make(),
                               capture_output=True, text=True, timeout=60, check=True).stdout
     assert "docker build " in commands, commands
     script = commands.replace("docker build ", "docker build --no-cache ", 1)

@@ -13,6 +13,7 @@ the image id and its timestamp is the image's creation time, so re-running it ch
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -135,7 +136,10 @@ def write_sbom(image: str, output_dir: pathlib.Path) -> pathlib.Path:
     bom = build_bom(image, image_id, labels, take_inventory(image))
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / sbom_file_name(labels)
-    path.write_text(json.dumps(bom, indent=2, sort_keys=False) + "\n")
+    # Written beside and renamed into place, so a reader never sees half a file.
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(bom, indent=2, sort_keys=False) + "\n")
+    os.replace(partial, path)
     return path
 
 
