@@ -87,7 +87,9 @@ RUN --mount=type=bind,source=docker/build,target=/build \
 # previous attempt's store addresses, and about half of `--max-restarts` restarts then fail
 # (pytorch/pytorch#135712).
 # The ports inside the container; compose and `docker run -p` map host ports onto them.
+# JUPYTER_PATH comes before the packages' own data: its python3 kernel sees the user's packages.
 ENV SHELL=/bin/bash \
+    JUPYTER_PATH=/usr/local/share/container/jupyter \
     SSH_CONTAINER_PORT=2222 \
     JUPYTER_CONTAINER_PORT=8888 \
     GPU_EXPORTER_PORT=9400 \

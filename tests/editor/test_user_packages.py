@@ -4,7 +4,8 @@ honour the base's PIP_CONSTRAINT, and never replace torch (docs/editors.md, "Pac
     make test-image PYTEST_ARGS=tests/editor/test_user_packages.py
 
 The cache volume is mounted where compose mounts `user-cache`; shells are login shells, as SSH, tmux and
-editor terminals start them. The package comes from PyPI: small and pure Python.
+editor terminals start them; notebook code runs in a kernel JupyterLab started. The packages come from
+PyPI: small and pure Python.
 """
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ import pytest
 
 from tests.editor.pip_in_containers import pip_trust_options
 from tests.support.containers import docker
+from tests.support.notebook_kernel import run_in_a_notebook_kernel
 
 PACKAGE, PINNED_VERSION = "tabulate", "0.8.10"
+NOTEBOOK_PACKAGE = "xmltodict"  # what a notebook adds with %pip
+TOKEN = "user-packages-test-token-5e4d3c2b"
 CACHE_MOUNT = "/home/dev/.cache"
 # The base's constraints, as NGC ships them (PIP_CONSTRAINT): here they pin the package to an older version.
 BASE_CONSTRAINTS = "/etc/pip/base-constraints.txt"
@@ -77,3 +81,32 @@ def test_replacing_torch_is_refused_with_one_line(cache_volume, containers):
     assert bypass.rc != 0, "python -m pip must honour the torch pin too"
     after = login_shell(container, "python -c 'import torch; print(torch.__version__)'").stdout.strip()
     assert after == before
+
+
+def test_a_notebook_kernel_sees_the_users_packages_and_percent_pip_adds_to_them(cache_volume, containers):
+    container = containers(options=["--volume", f"{cache_volume}:{CACHE_MOUNT}", "--publish", "127.0.0.1::8888",
+                                    "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}", *pip_trust_options()])
+    container.wait_until_healthy()
+    installed = login_shell(container, f"pip install --quiet {PACKAGE}")
+    assert installed.rc == 0, installed.stdout + installed.stderr
+    base_url = f"http://127.0.0.1:{container.published_port(8888)}"
+
+    reply = run_in_a_notebook_kernel(container, base_url, TOKEN, f"import {PACKAGE}, torch")
+    assert reply["status"] == "ok", f"a notebook does not see what pip installed in a terminal: {reply}"
+    reply = run_in_a_notebook_kernel(container, base_url, TOKEN, f"%pip install --quiet {NOTEBOOK_PACKAGE}")
+    assert reply["status"] == "ok", reply
+    seen = login_shell(container, f"python -c 'import {NOTEBOOK_PACKAGE}'")
+    assert seen.rc == 0, f"%pip in a notebook installed elsewhere than the user's environment: {seen.stderr}"
+    assert container.run(f"python -c 'import {NOTEBOOK_PACKAGE}'").rc != 0, "the image's own Python stays untouched"
+
+
+def test_with_an_unwritable_cache_a_notebook_kernel_runs_the_images_python_and_the_log_says_why(containers):
+    container = containers(options=["--tmpfs", f"{CACHE_MOUNT}:ro", "--publish", "127.0.0.1::8888",
+                                    "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    container.wait_until_healthy()
+    base_url = f"http://127.0.0.1:{container.published_port(8888)}"
+    reply = run_in_a_notebook_kernel(container, base_url, TOKEN, "import torch")
+    assert reply["status"] == "ok", reply
+    logs = container.logs()
+    assert f"user-packages: cannot set up {CACHE_MOUNT}/user-packages" in logs, logs[-3000:]
+    assert "python-kernel: this kernel runs the image's Python, without your own packages" in logs, logs[-3000:]

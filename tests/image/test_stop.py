@@ -7,12 +7,10 @@ never reached: the entrypoint signals them first and stops the services last.
 from __future__ import annotations
 
 import json
-import shlex
 import time
 
-import requests
-
 from tests.support.containers import docker
+from tests.support.notebook_kernel import run_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 from tests.support.training import TINY_RUN
 from tests.support.waiting import wait_until
@@ -29,22 +27,10 @@ def trainer_command(name: str, nproc: int) -> str:
 
 
 def start_from_a_notebook_kernel(container, base_url: str) -> None:
-    """A kernel started through JupyterLab's API runs Popen(torchrun ...), as a notebook cell does."""
-    headers = {"Authorization": f"token {TOKEN}"}
-    kernel = requests.post(f"{base_url}/api/kernels", headers=headers, json={"name": "python3"}, timeout=60).json()
+    """The kernel runs Popen(torchrun ...), as a notebook cell does."""
     cell = f"import subprocess; subprocess.Popen({trainer_command('notebook', 1)!r}, shell=True)"
-    client = f"""
-from jupyter_client import BlockingKernelClient
-from jupyter_client.connect import find_connection_file
-client = BlockingKernelClient(connection_file=find_connection_file("kernel-{kernel['id']}.json"))
-client.load_connection_file()
-client.start_channels()
-client.wait_for_ready(timeout=60)  # else the first request can go out before the kernel listens
-reply = client.execute_interactive({cell!r}, timeout=60)
-assert reply["content"]["status"] == "ok", reply
-"""
-    result = container.run(f"python -c {shlex.quote(client)}", timeout=90)
-    assert result.rc == 0, result.stdout + result.stderr
+    reply = run_in_a_notebook_kernel(container, base_url, TOKEN, cell)
+    assert reply["status"] == "ok", reply
 
 
 def test_docker_stop_saves_training_started_over_ssh_in_tmux_with_exec_and_from_a_notebook(containers, tmp_path):

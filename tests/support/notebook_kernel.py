@@ -1,0 +1,32 @@
+"""Code run as a notebook runs it: in a kernel that JupyterLab's REST API started (what opening a notebook
+does), driven by jupyter_client inside the container, since the kernel's ports are not published."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import requests
+
+# Runs in the container: connect to the kernel, wait until it answers, execute, print the reply's content.
+CLIENT = """
+import json, sys
+from jupyter_client import BlockingKernelClient
+from jupyter_client.connect import find_connection_file
+client = BlockingKernelClient(connection_file=find_connection_file(sys.argv[1]))
+client.load_connection_file()
+client.start_channels()
+client.wait_for_ready(timeout=60)  # else the first request can go out before the kernel listens
+reply = client.execute_interactive(sys.argv[2], timeout=60, output_hook=lambda message: None)  # only the reply
+print(json.dumps(reply["content"]))
+"""
+
+
+def run_in_a_notebook_kernel(container, base_url: str, token: str, code: str) -> dict:
+    """Starts a python3 kernel through the server at BASE_URL and runs CODE in it; returns the content of
+    the execute reply (status "ok", or "error" with ename and evalue)."""
+    kernel = requests.post(f"{base_url}/api/kernels", headers={"Authorization": f"token {token}"},
+                           json={"name": "python3"}, timeout=60).json()
+    result = container.run(f"python -c {shlex.quote(CLIENT)} kernel-{kernel['id']}.json {shlex.quote(code)}",
+                           timeout=120)
+    assert result.rc == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
