@@ -138,5 +138,4 @@ LABEL org.opencontainers.image.title="pytorch-dev ${FLAVOR}" \
       dev.pytorch-dev.base-digest="${BASE_DIGEST}" \
       dev.pytorch-dev.source-dirty="${SOURCE_DIRTY}" \
       dev.pytorch-dev.torch-version="${PYTORCH_VERSION}" \
-      dev.pytorch-dev.cuda-version="${CUDA_VERSION:-none}" \
-      dev.pytorch-dev.sbom="sbom-${FLAVOR}-${REVISION}.cdx.json"
+      dev.pytorch-dev.cuda-version="${CUDA_VERSION:-none}"

@@ -70,3 +70,9 @@ def test_sbom_lists_the_image_its_os_and_every_package_once_with_purls():
     assert bom["components"][-1]["licenses"] == [{"expression": "BSD-3-Clause"}]
     # The serial number is derived from the image id, so the same image always gets the same document.
     assert bom == sbom.build_bom("pytorch-dev:cpu-latest", "sha256:" + "b" * 64, CPU_LABELS, inventory)
+
+
+def test_sboms_of_two_ngc_releases_built_from_one_commit_have_their_own_names():
+    next_release = dict(GPU_LABELS, **{"dev.pytorch-dev.base-image": "nvcr.io/nvidia/pytorch:25.09-py3"})
+    assert sbom.sbom_file_name(GPU_LABELS) == "sbom-gpu-torch2.8.0a0-cuda13.0-ngc25.08-20261130-g0123456.cdx.json"
+    assert sbom.sbom_file_name(next_release) != sbom.sbom_file_name(GPU_LABELS)

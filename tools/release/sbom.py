@@ -5,9 +5,8 @@
 
 The inventory is taken inside the image (one `docker run` of the image's own Python, so it lists what
 that interpreter really imports, NGC's system site-packages or the CPU flavor's venv), and the document
-is written here with the standard library only. The file is named after the image's label
-`dev.pytorch-dev.sbom` when the image has one, otherwise `sbom-<immutable release tag>.cdx.json`; the
-path written is printed. The output is deterministic for one image: its serial number is derived from
+is written here with the standard library only. The file is named `sbom-<immutable release tag>.cdx.json`;
+the path written is printed. The output is deterministic for one image: its serial number is derived from
 the image id and its timestamp is the image's creation time, so re-running it changes nothing.
 """
 from __future__ import annotations
@@ -22,7 +21,6 @@ from urllib.parse import quote
 
 from tags import CREATED_LABEL, REVISION_LABEL, ReleaseError, compute_tags, read_labels, run_command
 
-SBOM_LABEL = "dev.pytorch-dev.sbom"
 TOOL_NAME = "pytorch-dev tools/release/sbom.py"
 INVENTORY_TIMEOUT_S = 180
 
@@ -122,9 +120,9 @@ def build_bom(image: str, image_id: str, labels: dict[str, str], inventory: dict
 
 
 def sbom_file_name(labels: dict[str, str]) -> str:
-    """The name the image's label gives its SBOM, or one made from the immutable release tag."""
-    named = pathlib.PurePosixPath(labels.get(SBOM_LABEL, "")).name
-    return named or f"sbom-{compute_tags(labels)[0]}.cdx.json"
+    """Named after the immutable release tag, which differs wherever the contents can: flavor, torch, CUDA,
+    base (two NGC releases built from one commit), date, commit."""
+    return f"sbom-{compute_tags(labels)[0]}.cdx.json"
 
 
 def write_sbom(image: str, output_dir: pathlib.Path) -> pathlib.Path:
