@@ -87,9 +87,9 @@ RUN --mount=type=bind,source=docker/build,target=/build \
 # previous attempt's store addresses, and about half of `--max-restarts` restarts then fail
 # (pytorch/pytorch#135712).
 # The ports inside the container; compose and `docker run -p` map host ports onto them.
-# JUPYTER_PATH comes before the packages' own data: its python3 kernel sees the user's packages.
+# JUPYTER_PATH is searched before the packages' own data: its python3 kernel sees the user's packages.
 ENV SHELL=/bin/bash \
-    JUPYTER_PATH=/usr/local/share/container/jupyter \
+    JUPYTER_PATH=/usr/local/share/container/jupyter${JUPYTER_PATH:+:${JUPYTER_PATH}} \
     SSH_CONTAINER_PORT=2222 \
     JUPYTER_CONTAINER_PORT=8888 \
     GPU_EXPORTER_PORT=9400 \
@@ -103,6 +103,10 @@ COPY entrypoint.sh /usr/local/bin/entrypoint.sh
 # `ssh host CMD` runs a non-login bash, which reads only /etc/bash.bashrc: give it the container's env.
 # hadolint ignore=SC2016
 RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTION-}" ] && . /etc/profile.d/zz-container-env.sh' /etc/bash.bashrc \
+ # The notebook kernel's spec gets ipykernel's logos, and its fallback the image's own interpreter.
+ && cp "$(python3 -c 'import ipykernel, os; print(os.path.dirname(ipykernel.__file__))')"/resources/logo-* \
+       /usr/local/share/container/jupyter/kernels/python3/ \
+ && command -v python3 > /usr/local/lib/container/image-python \
  && ln -sf /opt/scripts/doctor.py /usr/local/bin/doctor \
  && install -d -o "$CONTAINER_USER" -g "$CONTAINER_USER" /workspace \
  # Start-up hooks of the user's own (bind mount or derived image); ours live in /usr/local/lib/container.

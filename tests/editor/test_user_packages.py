@@ -83,16 +83,28 @@ def test_replacing_torch_is_refused_with_one_line(cache_volume, containers):
     assert after == before
 
 
-def test_a_notebook_kernel_sees_the_users_packages_and_percent_pip_adds_to_them(cache_volume, containers):
-    container = containers(options=["--volume", f"{cache_volume}:{CACHE_MOUNT}", "--publish", "127.0.0.1::8888",
-                                    "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}", *pip_trust_options()])
+def jupyter_container(containers, *options: str):
+    """A container with JupyterLab (no SSH), healthy; returns it and the server's URL."""
+    container = containers(options=[*options, "--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0",
+                                    "--env", f"JUPYTER_TOKEN={TOKEN}"])
     container.wait_until_healthy()
+    return container, f"http://127.0.0.1:{container.published_port(8888)}"
+
+
+def test_a_notebook_kernel_runs_in_the_users_environment_as_a_terminal_does(cache_volume, containers):
+    container, base_url = jupyter_container(containers, "--volume", f"{cache_volume}:{CACHE_MOUNT}",
+                                            *pip_trust_options())
     installed = login_shell(container, f"pip install --quiet {PACKAGE}")
     assert installed.rc == 0, installed.stdout + installed.stderr
-    base_url = f"http://127.0.0.1:{container.published_port(8888)}"
 
     reply = run_in_a_notebook_kernel(container, base_url, TOKEN, f"import {PACKAGE}, torch")
     assert reply["status"] == "ok", f"a notebook does not see what pip installed in a terminal: {reply}"
+    # What a cell's shell commands (!pip, !torchrun) find on PATH is the environment's, as in a terminal.
+    cell = ("import subprocess\n"
+            "assert '/user-packages/' in subprocess.check_output('command -v pip', shell=True, text=True)\n"
+            f"subprocess.run({TORCHRUN_IMPORT!r}, shell=True, check=True)")
+    reply = run_in_a_notebook_kernel(container, base_url, TOKEN, cell)
+    assert reply["status"] == "ok", reply
     reply = run_in_a_notebook_kernel(container, base_url, TOKEN, f"%pip install --quiet {NOTEBOOK_PACKAGE}")
     assert reply["status"] == "ok", reply
     seen = login_shell(container, f"python -c 'import {NOTEBOOK_PACKAGE}'")
@@ -100,13 +112,25 @@ def test_a_notebook_kernel_sees_the_users_packages_and_percent_pip_adds_to_them(
     assert container.run(f"python -c 'import {NOTEBOOK_PACKAGE}'").rc != 0, "the image's own Python stays untouched"
 
 
-def test_with_an_unwritable_cache_a_notebook_kernel_runs_the_images_python_and_the_log_says_why(containers):
-    container = containers(options=["--tmpfs", f"{CACHE_MOUNT}:ro", "--publish", "127.0.0.1::8888",
-                                    "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}"])
-    container.wait_until_healthy()
-    base_url = f"http://127.0.0.1:{container.published_port(8888)}"
-    reply = run_in_a_notebook_kernel(container, base_url, TOKEN, "import torch")
+# A file the user's environment puts before the image's packages, breaking ipykernel (a stray module
+# named like one of its dependencies does this as well as a bad upgrade).
+BREAK_IPYKERNEL = ("echo 'raise ImportError(\"broken on purpose\")' "
+                   "> \"$(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')/traitlets.py\"")
+
+
+@pytest.mark.parametrize("cause", ["unwritable cache", "ipykernel broken in the environment"])
+def test_a_notebook_kernel_falls_back_to_the_images_python_and_the_log_says_why(cache_volume, containers, cause):
+    if cause == "unwritable cache":
+        container, base_url = jupyter_container(containers, "--tmpfs", f"{CACHE_MOUNT}:ro")
+        reason = f"user-packages: cannot set up {CACHE_MOUNT}/user-packages"
+    else:
+        container, base_url = jupyter_container(containers, "--volume", f"{cache_volume}:{CACHE_MOUNT}")
+        broken = login_shell(container, BREAK_IPYKERNEL)
+        assert broken.rc == 0, broken.stderr
+        reason = "ImportError: broken on purpose"
+    reply = run_in_a_notebook_kernel(container, base_url, TOKEN,
+                                     "import sys, torch; assert '/user-packages/' not in sys.prefix, sys.prefix")
     assert reply["status"] == "ok", reply
     logs = container.logs()
-    assert f"user-packages: cannot set up {CACHE_MOUNT}/user-packages" in logs, logs[-3000:]
+    assert reason in logs, logs[-3000:]
     assert "python-kernel: this kernel runs the image's Python, without your own packages" in logs, logs[-3000:]
