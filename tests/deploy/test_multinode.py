@@ -65,8 +65,9 @@ def test_a_lost_node_that_returns_rejoins_and_the_job_finishes_from_the_shared_c
     job.start("node0", "node1")
     # Counted from here on: if node1 starts over 3 s late, node0 may first train alone, then re-form with it.
     job.wait_for_log("node0", " on 4 rank(s) with ", timeout=120)
-    formed = {ranks: job.logs("node0").count(f" on {ranks} rank(s) with ") for ranks in (2, 4)}
-    job.wait_for_log("node0", "saved checkpoint", timeout=120)
+    log = job.logs("node0")
+    formed = {ranks: log.count(f" on {ranks} rank(s) with ") for ranks in (2, 4)}
+    job.wait_for_log("node0", "saved checkpoint", timeout=120, count=log.count("saved checkpoint") + 1)  # a 4-rank one
     job.compose("kill", "node1")  # SIGKILL: a node that vanishes, as on a hardware failure
 
     job.wait_for_log("node0", " on 2 rank(s) with ", timeout=90, count=formed[2] + 1)  # alone, from the checkpoint

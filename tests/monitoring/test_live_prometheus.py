@@ -138,8 +138,11 @@ def test_every_alert_rule_evaluates_and_a_healthy_job_raises_none(prometheus, tr
     loaded = [rule for group in prometheus.api("rules")["groups"] for rule in group["rules"]]
     assert len(loaded) == sum(len(group["rules"]) for group in groups)
     assert all(rule["health"] == "ok" for rule in loaded), [(r["name"], r.get("lastError")) for r in loaded]
-    # Pending is not raised: one scrape missed on a loaded machine makes TrainingTargetDown pending until the next.
-    assert [alert for alert in prometheus.api("alerts")["alerts"] if alert["state"] == "firing"] == []
+    # Any alert, even pending, is one too many, except TrainingTargetDown pending: one scrape missed on a
+    # loaded machine (a 1 s timeout here) makes it pending until the next one succeeds.
+    raised = [alert for alert in prometheus.api("alerts")["alerts"]
+              if alert["state"] == "firing" or alert["labels"]["alertname"] != "TrainingTargetDown"]
+    assert raised == []
 
 
 def test_the_gpu_exporter_serves_a_valid_exposition_of_zero_gpus_without_a_gpu(prometheus, training_job):
