@@ -90,19 +90,10 @@ ngc-standin: .wheelhouse ## Build the NGC stand-in (tests/ngc_standin) and tag i
 	  .
 	@echo "tagged the STAND-IN as nvcr.io/nvidia/pytorch:$(NGC_TAG); remove it (docker image rm) before pulling the real one"
 
-# The wheelhouse is copied into the build context (and kept out of git): BuildKit mounts it for pip.
-# It is synced, not remade: cp -p -u leaves an unchanged wheel untouched, so it is not sent to the engine
-# again, and a build running beside this one never sees its context emptied.
+# The wheelhouse is synced into the build context (and kept out of git): BuildKit mounts it for pip.
 .PHONY: .wheelhouse
 .wheelhouse:
-	@mkdir -p .wheelhouse
-	@if [[ -n "$(WHEELHOUSE)" ]]; then \
-	  [[ -d "$(WHEELHOUSE)" ]] || { echo "WHEELHOUSE=$(WHEELHOUSE) is not a folder; point it at a folder of .whl files" >&2; exit 2; }; \
-	  cp -p -u "$(WHEELHOUSE)"/*.whl .wheelhouse/ 2>/dev/null || echo "note: WHEELHOUSE=$(WHEELHOUSE) holds no .whl file"; \
-	fi
-	@for wheel in .wheelhouse/*.whl; do \
-	  [[ ! -e "$$wheel" || ( -n "$(WHEELHOUSE)" && -e "$(WHEELHOUSE)/$${wheel##*/}" ) ]] || rm -f "$$wheel"; \
-	done
+	@tools/sync_wheelhouse.sh "$(WHEELHOUSE)"
 
 .PHONY: up
 up: ## Start the container with docker compose (GPU reservation only where the host has NVIDIA GPUs)

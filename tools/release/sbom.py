@@ -136,8 +136,11 @@ def write_sbom(image: str, output_dir: pathlib.Path) -> pathlib.Path:
     path = output_dir / sbom_file_name(labels)
     # Written beside and renamed into place, so a reader never sees half a file.
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(json.dumps(bom, indent=2, sort_keys=False) + "\n")
-    os.replace(partial, path)
+    try:
+        partial.write_text(json.dumps(bom, indent=2, sort_keys=False) + "\n")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 
