@@ -14,8 +14,11 @@ from jupyter_client import BlockingKernelClient
 from jupyter_client.connect import find_connection_file
 client = BlockingKernelClient(connection_file=find_connection_file(sys.argv[1]))
 client.load_connection_file()
-client.start_channels()
-client.wait_for_ready(timeout=60)  # else the first request can go out before the kernel listens
+# No heartbeat channel: with one, wait_for_ready calls the kernel dead after one heartbeat missed by a
+# second, which a kernel starved by the test's trainers can miss. Without, it waits for the kernel_info
+# reply and for IOPub to carry messages, so no output or idle status goes out before we listen.
+client.start_channels(hb=False)
+client.wait_for_ready(timeout=60)
 reply = client.execute_interactive(sys.argv[2], timeout=60, output_hook=lambda message: None)  # only the reply
 print(json.dumps(reply["content"]))
 """
