@@ -46,31 +46,31 @@ def torchrun(script: str, nproc: int = 2, options: str = "") -> str:
     return f"{ENV} timeout {RUN_TIMEOUT_S} torchrun --standalone --nproc-per-node={nproc} {options} {script}"
 
 
-# One SIGTERM to torchrun itself, for signal_when_step_logged. `kill $pid` would signal coreutils timeout,
-# which passes a signal on twice (to torchrun, then to its whole process group), and torchrun's agent raises
-# once per signal it receives, so a second one cuts its shutdown of the workers short.
+# What interrupt_when_step_logged sends, where $pid is coreutils timeout (torchrun() wraps torchrun in it),
+# torchrun its child and the workers torchrun's children. `kill $pid` would signal timeout, which passes a
+# signal on twice (to torchrun, then to its whole process group), and torchrun's agent raises once per
+# signal it receives, so a second one cuts its shutdown of the workers short.
 SIGTERM_TO_TORCHRUN = "kill -TERM $(pgrep -P $pid)"
+SIGTERM_TO_THE_WORKERS = "pkill -TERM -P $(pgrep -P $pid)"
 
 
-def signal_when_step_logged(command: str, metrics_file: str, step: int, kill: str, log: str) -> str:
-    """Shell: start COMMAND in the background, wait until STEP is in METRICS_FILE, run KILL ($pid is the
-    command's pid: coreutils timeout for torchrun()), wait for the command and print its exit status and the
-    milliseconds it took to exit (read them with exit_status_and_seconds)."""
-    return f"""
+def interrupt_when_step_logged(host: testinfra.host.Host, command: str, workdir: str, name: str, step: int,
+                               kill: str) -> tuple[int, float, str]:
+    """Starts COMMAND, which logs its metrics to WORKDIR/NAME.jsonl, in the background; runs the shell
+    command KILL ($pid is COMMAND's pid) once STEP is logged, and waits for COMMAND to end. Returns its
+    exit status, the seconds it took to exit after KILL, and its output (kept in WORKDIR/NAME.log)."""
+    log, metrics = f"{workdir}/{name}.log", f"{workdir}/{name}.jsonl"
+    status, milliseconds = host.check_output(f"""
 {command} > {log} 2>&1 &
 pid=$!
-timeout {RUN_TIMEOUT_S} bash -c 'until grep -q "\\"step\\": {step}," {metrics_file} 2>/dev/null; do sleep 0.05; done'
+timeout {RUN_TIMEOUT_S} bash -c 'until grep -q "\\"step\\": {step}," {metrics} 2>/dev/null; do sleep 0.05; done'
 {kill}
 signalled=$(date +%s%N)
 wait $pid
 status=$?
 echo "$status $(( ($(date +%s%N) - signalled) / 1000000 ))"
-"""
-
-
-def exit_status_and_seconds(output: str) -> tuple[int, float]:
-    status, milliseconds = output.split()[-2:]
-    return int(status), int(milliseconds) / 1000
+""").split()[-2:]
+    return int(status), int(milliseconds) / 1000, host.file(log).content_string
 
 
 def write_per_rank_dump(host: testinfra.host.Host, workdir: str) -> str:

@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from tests.support.training import (ENV, RUN_TIMEOUT_S, SIGTERM_TO_TORCHRUN, make_workdir, python_json, read_metrics,
-                                    signal_when_step_logged, torchrun)
+from tests.support.training import (ENV, RUN_TIMEOUT_S, SIGTERM_TO_TORCHRUN, interrupt_when_step_logged, make_workdir,
+                                    python_json, read_metrics, torchrun)
 
 STEPS, HALF = 12, 6
 SEQ_LEN = 32
@@ -203,11 +203,9 @@ def test_sigterm_under_fsdp_saves_and_the_resumed_run_ends_like_the_uninterrupte
         torch_host, scripts_dir, runs):
     command = trainer(f"{scripts_dir}/train_ddp.py", 2, "fsdp", runs, "sigterm")
     # Signalled at step 1 of 12: under load the wait may lag a few steps behind the trainer.
-    output = torch_host.check_output(signal_when_step_logged(
-        command, f"{runs}/sigterm.jsonl", 1, SIGTERM_TO_TORCHRUN, f"{runs}/sigterm.log"))
-    log = torch_host.file(f"{runs}/sigterm.log").content_string
+    status, _, log = interrupt_when_step_logged(torch_host, command, runs, "sigterm", 1, SIGTERM_TO_TORCHRUN)
     stopped = re.search(r"stopped by SIGTERM at step (\d+)/", log)
-    assert stopped, output + log
+    assert stopped, f"exit status {status}:\n{log}"
     stop_step = int(stopped[1])
     assert torch_host.file(f"{runs}/sigterm/step_{stop_step:06d}").is_directory
     resumed = torch_host.check_output(f"{command} 2>&1")

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from tests.support.training import (ENV, RUN_TIMEOUT_S, SIGTERM_TO_TORCHRUN, TINY_RUN, exit_status_and_seconds,
-                                    make_workdir, read_metrics, signal_when_step_logged, tensors_equal, torchrun)
+from tests.support.training import (ENV, RUN_TIMEOUT_S, SIGTERM_TO_THE_WORKERS, SIGTERM_TO_TORCHRUN, TINY_RUN,
+                                    interrupt_when_step_logged, make_workdir, read_metrics, tensors_equal, torchrun)
 
 STEPS = 40
 STOP_AFTER_STEP = 12  # mid-epoch (16 steps an epoch) and between two --save-every 10 checkpoints
@@ -44,10 +44,8 @@ def reference(torch_host, scripts_dir, workdir) -> str:
 def test_sigterm_stops_saves_and_a_restart_ends_like_an_uninterrupted_run(torch_host, scripts_dir, reference):
     workdir = reference
     command = f"{torchrun(f'{scripts_dir}/train_ddp.py')} {trainer_flags(workdir, 'sigterm')}"
-    output = torch_host.check_output(signal_when_step_logged(
-        command, f"{workdir}/sigterm.jsonl", STOP_AFTER_STEP, SIGTERM_TO_TORCHRUN, f"{workdir}/sigterm.log"))
-    status, seconds = exit_status_and_seconds(output)
-    log = torch_host.file(f"{workdir}/sigterm.log").content_string
+    status, seconds, log = interrupt_when_step_logged(
+        torch_host, command, workdir, "sigterm", STOP_AFTER_STEP, SIGTERM_TO_TORCHRUN)
     stopped = re.search(r"stopped by SIGTERM at step (\d+)/", log)
     assert stopped, log
     # The workers saved and returned 0; torchrun's agent itself then re-raises the SIGTERM it received as
@@ -73,11 +71,8 @@ def test_sigterm_to_the_workers_ends_a_torchrun_job_with_exit_0(torch_host, scri
     """The way to stop a torchrun job as a success (docs/training.md): signal its workers, not the agent."""
     command = (f"{torchrun(f'{scripts_dir}/train_ddp.py')} {TINY_RUN} --max-steps 1000 --num-workers 1 "
                f"--ckpt-dir {workdir}/workers --metrics-file {workdir}/workers.jsonl")
-    # $pid is coreutils timeout; its child is torchrun, whose children are the workers.
-    output = torch_host.check_output(signal_when_step_logged(
-        command, f"{workdir}/workers.jsonl", 3, "pkill -TERM -P $(pgrep -P $pid)", f"{workdir}/workers.log"))
-    status, seconds = exit_status_and_seconds(output)
-    log = torch_host.file(f"{workdir}/workers.log").content_string
+    status, seconds, log = interrupt_when_step_logged(torch_host, command, workdir, "workers", 3,
+                                                      SIGTERM_TO_THE_WORKERS)
     assert status == 0 and "Traceback" not in log, log
     stop_step = int(re.search(r"stopped by SIGTERM at step (\d+)/", log)[1])
     assert torch_host.file(f"{workdir}/workers/step_{stop_step:06d}.pt").exists
@@ -87,10 +82,7 @@ def test_sigterm_to_the_workers_ends_a_torchrun_job_with_exit_0(torch_host, scri
 def test_sigint_stops_a_single_process_run_with_a_checkpoint(torch_host, scripts_dir, workdir):
     command = (f"{ENV} timeout {RUN_TIMEOUT_S} python {scripts_dir}/train_ddp.py {TINY_RUN} --max-steps 1000 "
                f"--num-workers 1 --ckpt-dir {workdir}/sigint --metrics-file {workdir}/sigint.jsonl")
-    output = torch_host.check_output(signal_when_step_logged(
-        command, f"{workdir}/sigint.jsonl", 3, "kill -INT $pid", f"{workdir}/sigint.log"))
-    status, seconds = exit_status_and_seconds(output)
-    log = torch_host.file(f"{workdir}/sigint.log").content_string
+    status, seconds, log = interrupt_when_step_logged(torch_host, command, workdir, "sigint", 3, "kill -INT $pid")
     assert status == 0, log
     stop_step = int(re.search(r"stopped by SIGINT at step (\d+)/", log)[1])
     assert torch_host.file(f"{workdir}/sigint/step_{stop_step:06d}.pt").exists
@@ -103,12 +95,9 @@ def test_worker_killed_under_max_restarts_is_restarted_and_the_job_finishes(torc
     # (pytorch/pytorch#135712): with the store shared, a restart fails to connect about half the time.
     command = (f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 {torchrun(f'{scripts_dir}/train_ddp.py', options='--max-restarts=1')} "
                f"{trainer_flags(workdir, 'sigkill', save_every=5)}")
-    # $pid is coreutils timeout; its child is torchrun, whose children are the workers.
-    kill_one_worker = "kill -KILL $(pgrep -P $(pgrep -P $pid) -f train_ddp.py | tail -n 1)"
-    output = torch_host.check_output(signal_when_step_logged(
-        command, f"{workdir}/sigkill.jsonl", STOP_AFTER_STEP, kill_one_worker, f"{workdir}/sigkill.log"))
-    status, _ = exit_status_and_seconds(output)
-    log = torch_host.file(f"{workdir}/sigkill.log").content_string
+    kill_one_worker = "kill -KILL $(pgrep -P $(pgrep -P $pid) -f train_ddp.py | tail -n 1)"  # $pid: timeout
+    status, _, log = interrupt_when_step_logged(torch_host, command, workdir, "sigkill", STOP_AFTER_STEP,
+                                                kill_one_worker)
     assert status == 0, log
     resumed_step = int(re.search(r"resumed from \S+: step (\d+),", log)[1])
     assert 10 <= resumed_step < STEPS
