@@ -56,13 +56,25 @@ start_docker_engine() {
   exit 1
 }
 
+# A base imported by an older version of this script has a 0700 root, which `docker run` cannot show
+# (its merged root is always 0755): the mode is read from the image's one layer instead.
+base_root_is_world_readable() {
+  local root_entry
+  root_entry=$(docker save "$BASE_IMAGE" | tar -xO --wildcards '*layer.tar' | tar -tv 2>/dev/null | head -n 1 || true)
+  [[ $root_entry == drwxr-xr-x* ]]
+}
+
 # No registry is reachable, so the Dockerfile's CPU base is made here and tagged with the name it expects.
 build_offline_base_image() {
-  if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then return; fi
+  if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 && base_root_is_world_readable; then return; fi
   log "building $BASE_IMAGE with debootstrap"
   local mirror rootfs
   mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+  # The published debian:bookworm-slim has a root directory of mode 0755; mktemp's folder is 0700.
+  # Docker hides that (its merged root is always 0755), rootless Podman does not: every non-root
+  # process would fail to load libc there.
   rootfs=$(mktemp -d)
+  chmod 0755 "$rootfs"
   local codename=${BASE_IMAGE#debian:}
   debootstrap --variant=minbase "${codename%%-*}" "$rootfs" "$mirror" >/dev/null
   rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
