@@ -21,24 +21,31 @@ class JupyterAccess:
     base_url: str  # http://host:port/prefix/ (with the trailing slash)
     session: requests.Session = dataclasses.field(default_factory=requests.Session)
     token: str = ""
+    ca_bundle: str = ""  # the proxy's certificate, for https:// base URLs
 
     def headers(self) -> dict[str, str]:
         headers = {"Authorization": f"token {self.token}"} if self.token else {}
         xsrf = self.session.cookies.get("_xsrf")
         return {**headers, **({"X-XSRFToken": xsrf} if xsrf else {})}
 
+    def request(self, method: str, path: str, **kwargs) -> requests.Response:
+        # verify per request: a session's own is overridden by REQUESTS_CA_BUNDLE from the environment.
+        return self.session.request(method, self.base_url + path, headers=self.headers(), timeout=60,
+                                    verify=self.ca_bundle or True, **kwargs)
+
     def post(self, path: str, **kwargs) -> requests.Response:
-        return self.session.post(self.base_url + path, headers=self.headers(), timeout=60, **kwargs)
+        return self.request("POST", path, **kwargs)
 
     def get(self, path: str, **kwargs) -> requests.Response:
-        return self.session.get(self.base_url + path, headers=self.headers(), timeout=60, **kwargs)
+        return self.request("GET", path, **kwargs)
 
     def connect(self, path: str) -> websocket.WebSocket:
         """Opens the websocket at PATH with this client's credentials, as a browser on that page would."""
         url = "ws" + self.base_url.removeprefix("http") + path
         cookie = "; ".join(f"{name}={value}" for name, value in self.session.cookies.items())
         header = [f"{name}: {value}" for name, value in self.headers().items()]
-        return websocket.create_connection(url, timeout=TIMEOUT_S, header=header, cookie=cookie or None)
+        return websocket.create_connection(url, timeout=TIMEOUT_S, header=header, cookie=cookie or None,
+                                           sslopt={"ca_certs": self.ca_bundle} if self.ca_bundle else None)
 
 
 def execute_message(code: str, session_id: str) -> dict:
@@ -81,7 +88,7 @@ def run_in_kernel(access: JupyterAccess, code: str) -> str:
         return text
     finally:
         connection.close()
-        access.session.delete(access.base_url + f"api/kernels/{kernel_id}", headers=access.headers(), timeout=60)
+        access.request("DELETE", f"api/kernels/{kernel_id}")
 
 
 def run_in_terminal(access: JupyterAccess, command: str, until: str, timeout: float = TIMEOUT_S) -> str:
