@@ -80,6 +80,7 @@ record_jupyter_probe_url() {
 }
 
 use_the_hubs_authentication() {
+  # shellcheck disable=SC2034  # entrypoint.sh starts it
   JUPYTER_SERVER_COMMAND=(jupyterhub-singleuser)
   log_info "JupyterHub single-user server for hub user '${JUPYTERHUB_USER:-?}':" \
            "the hub logs users in (${JUPYTERHUB_SERVICE_PREFIX:-/})"
