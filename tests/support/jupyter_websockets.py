@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import urllib.parse
 import uuid
 
 import requests
@@ -23,9 +24,17 @@ class JupyterAccess:
     token: str = ""
     ca_bundle: str = ""  # the proxy's certificate, for https:// base URLs
 
+    def cookies(self) -> dict[str, str]:
+        """The session's cookies a browser sends to this server: where a hub and a user's server each set
+        an _xsrf cookie, the one whose path is the longest prefix of the server's path wins."""
+        path = urllib.parse.urlparse(self.base_url).path
+        matching = sorted((cookie for cookie in self.session.cookies if path.startswith(cookie.path or "/")),
+                          key=lambda cookie: len(cookie.path or "/"))
+        return {cookie.name: cookie.value for cookie in matching}
+
     def headers(self) -> dict[str, str]:
         headers = {"Authorization": f"token {self.token}"} if self.token else {}
-        xsrf = self.session.cookies.get("_xsrf")
+        xsrf = self.cookies().get("_xsrf")
         return {**headers, **({"X-XSRFToken": xsrf} if xsrf else {})}
 
     def request(self, method: str, path: str, **kwargs) -> requests.Response:
@@ -42,7 +51,7 @@ class JupyterAccess:
     def connect(self, path: str) -> websocket.WebSocket:
         """Opens the websocket at PATH with this client's credentials, as a browser on that page would."""
         url = "ws" + self.base_url.removeprefix("http") + path
-        cookie = "; ".join(f"{name}={value}" for name, value in self.session.cookies.items())
+        cookie = "; ".join(f"{name}={value}" for name, value in self.cookies().items())
         header = [f"{name}: {value}" for name, value in self.headers().items()]
         return websocket.create_connection(url, timeout=TIMEOUT_S, header=header, cookie=cookie or None,
                                            sslopt={"ca_certs": self.ca_bundle} if self.ca_bundle else None)
