@@ -12,10 +12,5 @@ if [[ -x /usr/sbin/nginx ]]; then
   exit 0
 fi
 log "installing nginx"
-apt-get update -qq
-# policy-rc.d keeps the package's postinst from starting an nginx on port 80 that nobody uses.
-policy=/usr/sbin/policy-rc.d
-[[ -e $policy ]] || { printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 0755 "$policy"; created_policy=1; }
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
-[[ -z ${created_policy-} ]] || rm -f "$policy"
+bash "$(dirname "$0")/apt-install-without-services.sh" nginx-light
 log "ready: $(/usr/sbin/nginx -v 2>&1)"
