@@ -142,6 +142,10 @@ def test_each_user_gets_a_container_of_the_image(hub, servers, image):
         assert container["HostConfig"]["ShmSize"] == 1024 ** 3  # what the hub's SHM_SIZE asked for
         processes = docker("exec", hub.container_of(user), "ps", "-eo", "user:12,args").stdout
         assert "jupyterhub-singleuser" in processes and "sshd" not in processes  # SSH stays off under a hub
+        # The healthcheck finds the server under the hub's prefix (/user/NAME/) and port.
+        wait_until(lambda: json.loads(docker("container", "inspect", "--format", "{{json .State.Health}}",
+                                             hub.container_of(user)).stdout)["Status"] == "healthy",
+                   90, interval=1, failure=f"{user}'s container did not turn healthy")
 
 
 def test_a_kernel_imports_torch_as_the_hub_user(servers):

@@ -85,7 +85,8 @@ def nginx(jupyter_under_a_prefix) -> Iterator[tuple[str, str]]:
         if server.poll() is not None:
             raise AssertionError(f"nginx exited: {server.stdout.read()}")
         try:
-            return requests.get(base + "api/status", verify=cert, timeout=5).status_code in (200, 403)
+            requests.get(base + "api/status", verify=cert, timeout=5)
+            return True  # nginx answers; what JupyterLab said through it is for the tests to judge
         except requests.ConnectionError:
             return False
     try:
