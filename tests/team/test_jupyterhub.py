@@ -7,9 +7,11 @@ through the hub's proxy, as their browsers would.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import pathlib
 import secrets
 import subprocess
 import uuid
@@ -69,11 +71,11 @@ def compose(run: str, env: dict[str, str], *args: str, timeout: float = 300) -> 
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
-@pytest.fixture(scope="module")
-def hub(image, tmp_path_factory) -> Iterator[Hub]:
+@contextlib.contextmanager
+def running_hub(image: str, folder: pathlib.Path) -> Iterator[Hub]:
+    """deploy/jupyterhub's compose file up, spawning IMAGE, with a test login; everything it made goes after."""
     build_hub_image()
     run, password = f"pt-hub-{uuid.uuid4().hex[:8]}", secrets.token_hex(12)
-    folder = tmp_path_factory.mktemp("hub")
     (folder / "conf.d").mkdir()
     (folder / "conf.d" / "test.py").write_text(site_config(run, password))
     override = folder / "compose.override.yaml"
@@ -97,6 +99,12 @@ def hub(image, tmp_path_factory) -> Iterator[Hub]:
         compose(run, env, "down", "--volumes")
         for user in USERS:
             docker("volume", "rm", f"{run}-{user}", f"{run}-{user}-cache", check=False)
+
+
+@pytest.fixture(scope="module")
+def hub(image, tmp_path_factory) -> Iterator[Hub]:
+    with running_hub(image, tmp_path_factory.mktemp("hub")) as running:
+        yield running
 
 
 def hub_answers(hub: Hub) -> bool:
