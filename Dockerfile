@@ -123,7 +123,9 @@ EXPOSE ${JUPYTER_CONTAINER_PORT} ${SSH_CONTAINER_PORT}
 HEALTHCHECK --interval=5s --timeout=5s --start-period=60s --retries=3 CMD ["/usr/local/bin/healthcheck"]
 # tini reaps zombies and, with -g, forwards SIGTERM to every process of the group (sshd, jupyter).
 ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/usr/local/bin/entrypoint.sh"]
-CMD []
+# The services; further arguments go to JupyterLab. JupyterHub's DockerSpawner builds its command from
+# the CMD (and fails on an image without one).
+CMD ["start-services"]
 
 # Last, so that a new revision or date changes only metadata. CUDA_VERSION comes from NGC's base.
 ARG SOURCE_URL=""

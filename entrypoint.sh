@@ -2,6 +2,8 @@
 # The container's entrypoint, run by tini (PID 1).
 #   docker run IMAGE            -> start-up, then the services (SSH, JupyterLab), until SIGTERM
 #   docker run IMAGE CMD ...    -> start-up, then CMD as the container user (like NGC's entrypoint)
+# The image's CMD is `start-services`: the services, with any further arguments handed to JupyterLab.
+# JupyterHub's DockerSpawner builds its command from the CMD and appends the hub's Spawner.args.
 #
 # Start-up is the core steps below, in a fixed order, then the user's hooks. The core steps live in
 # /usr/local/lib/container/start, where no mount meant for hooks can hide them: mounting a folder over
@@ -18,8 +20,13 @@ readonly USER_HOOKS_DIR=/etc/container/start.d
 readonly RUN_DIR=/run/container
 
 # Everything the steps share is declared here, and only here.
+JUPYTER_EXTRA_ARGS=()
+if [[ ${1-} == start-services ]]; then JUPYTER_EXTRA_ARGS=("${@:2}"); set --; fi
 if (($#)); then CONTAINER_MODE="command"; else CONTAINER_MODE="services"; fi
-ENABLE_SSH=$(read_switch ENABLE_SSH 1)
+# A JupyterHub spawner hands its container an API token: the hub then authenticates, and SSH, which
+# the hub knows nothing of, stays off unless asked for.
+if [[ -n ${JUPYTERHUB_API_TOKEN:-} ]]; then SPAWNED_BY_JUPYTERHUB=1; else SPAWNED_BY_JUPYTERHUB=0; fi
+ENABLE_SSH=$(read_switch ENABLE_SSH "$((SPAWNED_BY_JUPYTERHUB ? 0 : 1))")
 ENABLE_JUPYTER=$(read_switch ENABLE_JUPYTER 1)
 if [[ $CONTAINER_MODE == command ]]; then ENABLE_SSH=0 ENABLE_JUPYTER=0; fi
 # The in-container GPU exporter (docs/monitoring.md) runs beside the services or beside a command: a
@@ -29,6 +36,7 @@ ENABLE_GPU_EXPORTER=$(read_switch ENABLE_GPU_EXPORTER 0)
 CONTAINER_UID="" CONTAINER_GID=""
 AS_USER=()   # the prefix that runs a command as the container user (set_up_container_user sets it)
 RUNNING_HOOK=""
+JUPYTER_SERVER_COMMAND=(jupyter lab)   # prepare_jupyter_auth picks jupyterhub-singleuser under a hub
 export CONTAINER_MODE
 
 run_core_steps() {
@@ -93,7 +101,7 @@ start_services() {
     started+=(ssh)
   fi
   if ((ENABLE_JUPYTER)); then
-    (cd /workspace && exec setsid "${AS_USER[@]}" jupyter lab) &
+    (cd /workspace && exec setsid "${AS_USER[@]}" "${JUPYTER_SERVER_COMMAND[@]}" "${JUPYTER_EXTRA_ARGS[@]}") &
     started+=(jupyter)
   fi
   # The healthcheck reads which services to probe from here.

@@ -12,10 +12,5 @@ if [[ -x /usr/bin/docker-registry ]]; then
   exit 0
 fi
 log "installing docker-registry"
-apt-get update -qq
-# policy-rc.d keeps the package's postinst from starting a registry on port 5000 that nobody uses.
-policy=/usr/sbin/policy-rc.d
-[[ -e $policy ]] || { printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 0755 "$policy"; created_policy=1; }
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-registry >/dev/null
-[[ -z ${created_policy-} ]] || rm -f "$policy"
+bash "$(dirname "$0")/apt-install-without-services.sh" docker-registry
 log "ready: $(/usr/bin/docker-registry --version 2>&1 | head -n1)"

@@ -2,7 +2,7 @@
 
     make test-unit          # seconds; no Docker engine, no image (the test venv gets a CPU torch)
 
-scripts/ and tools/release/ are folders of scripts, not packages: their folders go on sys.path, as
+scripts/, tools/release/ and deploy/jupyterhub/ are folders of scripts, not packages: their folders go on sys.path, as
 they are when the scripts run.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 
 from tests.support import REPO_ROOT
 
-for folder in (REPO_ROOT / "scripts", REPO_ROOT / "scripts" / "multinode", REPO_ROOT / "tools" / "release"):
+for folder in (REPO_ROOT / "scripts", REPO_ROOT / "scripts" / "multinode", REPO_ROOT / "tools" / "release",
+               REPO_ROOT / "deploy" / "jupyterhub"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))

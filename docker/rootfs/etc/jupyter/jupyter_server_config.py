@@ -1,15 +1,21 @@
 """JupyterLab for the container: every interface, /workspace, terminals, and never without auth.
 
-Authentication comes from the environment the entrypoint prepared (/usr/local/lib/container/start/jupyter.sh):
-JUPYTER_PASSWORD_HASH for a password login, else JUPYTER_TOKEN. With neither, the server refuses to
-start rather than run open: there is no empty-token mode.
+Authentication comes from the environment the entrypoint prepared (/usr/local/lib/container/start/jupyter.sh),
+whose JUPYTER_AUTH names who authenticates: `token` (JUPYTER_PASSWORD_HASH for a password login, else
+JUPYTER_TOKEN; with neither, the server refuses to start rather than run open), `hub` (a JupyterHub
+spawned us: jupyterhub-singleuser takes its address, base URL and logins from the hub's variables),
+or `platform` (no login of our own: Kubeflow's Istio or another authenticating proxy in front).
 """
 import os
 
 c = get_config()  # noqa: F821 (injected by Jupyter's config loader)
 
-c.ServerApp.ip = "0.0.0.0"
-c.ServerApp.port = int(os.environ["JUPYTER_CONTAINER_PORT"])  # set in the Dockerfile
+auth = os.environ.get("JUPYTER_AUTH", "token")
+if auth != "hub":  # under a hub, JUPYTERHUB_SERVICE_URL and JUPYTERHUB_SERVICE_PREFIX set these
+    c.ServerApp.ip = "0.0.0.0"
+    c.ServerApp.port = int(os.environ["JUPYTER_CONTAINER_PORT"])  # set in the Dockerfile
+    # Behind a reverse proxy or Kubeflow: JUPYTER_BASE_URL, or NB_PREFIX, as start-up normalized it.
+    c.ServerApp.base_url = os.environ.get("JUPYTER_BASE_URL", "/")
 c.ServerApp.open_browser = False
 c.ServerApp.root_dir = "/workspace"
 c.ServerApp.terminals_enabled = True
@@ -24,7 +30,12 @@ c.ServerApp.terminado_settings = {"shell_command": ["/bin/bash", "-l"]}
 
 token = os.environ.get("JUPYTER_TOKEN", "")
 password_hash = os.environ.get("JUPYTER_PASSWORD_HASH", "")
-if password_hash:
+if auth == "hub":
+    pass  # jupyterhub-singleuser's identity provider asks the hub who is logged in
+elif auth == "platform":
+    # Start-up logged a warning and refused this mode unless JUPYTER_AUTH=platform was set explicitly.
+    c.IdentityProvider.token = ""
+elif password_hash:
     c.PasswordIdentityProvider.hashed_password = password_hash
     c.PasswordIdentityProvider.password_required = True
     c.IdentityProvider.token = token

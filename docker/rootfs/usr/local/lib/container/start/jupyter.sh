@@ -3,6 +3,10 @@
 # JUPYTER_PASSWORD_HASH (from jupyter_server.auth.passwd) or JUPYTER_TOKEN; when neither is given a
 # random token is made once, printed with the URL, and kept in ~/.jupyter/token, so a restart (the
 # restart policy's too) keeps the URL in `make logs` valid. A new container makes a new one.
+# Two other kinds of authentication, each named explicitly: a JupyterHub that spawned the container
+# (JUPYTERHUB_API_TOKEN: jupyterhub-singleuser logs users in through the hub), and a platform in
+# front of it (JUPYTER_AUTH=platform: Kubeflow's Istio and auth proxy), the only way to run with no
+# token of its own. JUPYTER_BASE_URL, or Kubeflow's NB_PREFIX, serves everything under a path prefix.
 
 readonly JUPYTER_TOKEN_FILE_NAME=.jupyter/token
 readonly MIN_JUPYTER_TOKEN_LENGTH=16
@@ -30,7 +34,7 @@ use_kept_or_new_jupyter_token() {
     JUPYTER_TOKEN=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
     keep_jupyter_token "$JUPYTER_TOKEN"
   fi
-  log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}/?token=$JUPYTER_TOKEN" \
+  log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}${JUPYTER_BASE_URL}?token=$JUPYTER_TOKEN" \
            "(token also in $HOME/$JUPYTER_TOKEN_FILE_NAME; set JUPYTER_TOKEN to choose your own)"
 }
 
@@ -53,14 +57,69 @@ check_jupyter_token() {
     fatal "JUPYTER_TOKEN has ${#JUPYTER_TOKEN} characters, too few to be secret; use at least $MIN_JUPYTER_TOKEN_LENGTH (openssl rand -hex 24), or leave it empty to get one"
 }
 
-prepare_jupyter_auth() {
+# Prints the base URL, with a slash at either end, from JUPYTER_BASE_URL or NB_PREFIX (Kubeflow's).
+read_jupyter_base_url() {
+  local base=${JUPYTER_BASE_URL:-} prefix=${NB_PREFIX:-}
+  if [[ -n $base && -n $prefix && ${base%/} != "${prefix%/}" ]]; then
+    fatal "JUPYTER_BASE_URL=$base and NB_PREFIX=$prefix disagree; set only one of them"
+  fi
+  base=${base:-${prefix:-/}}
+  [[ $base =~ ^/[A-Za-z0-9._~/-]*$ && $base != *//* && ! $base =~ (^|/)\.\.?(/|$) ]] ||
+    fatal "JUPYTER_BASE_URL (or NB_PREFIX) '$base' is not a URL path; use one like /gpu/ or /notebook/team/me"
+  echo "${base%/}/"
+}
+
+# What the healthcheck probes: the server's own port and base URL, both of which a hub may choose.
+record_jupyter_probe_url() {
+  local port=$JUPYTER_CONTAINER_PORT base=$JUPYTER_BASE_URL
+  if ((SPAWNED_BY_JUPYTERHUB)); then
+    [[ ${JUPYTERHUB_SERVICE_URL:-} =~ :([0-9]+)(/|$) ]] && port=${BASH_REMATCH[1]}
+    base=${JUPYTERHUB_SERVICE_PREFIX:-/}
+  fi
+  printf 'http://127.0.0.1:%s%s\n' "$port" "$base" >"$RUN_DIR/jupyter-url"
+}
+
+use_the_hubs_authentication() {
+  # shellcheck disable=SC2034  # entrypoint.sh starts it
+  JUPYTER_SERVER_COMMAND=(jupyterhub-singleuser)
+  log_info "JupyterHub single-user server for hub user '${JUPYTERHUB_USER:-?}':" \
+           "the hub logs users in (${JUPYTERHUB_SERVICE_PREFIX:-/})"
+}
+
+use_the_platforms_authentication() {
+  [[ -z ${JUPYTER_TOKEN:-}${JUPYTER_PASSWORD_HASH:-} ]] ||
+    fatal "JUPYTER_AUTH=platform turns Jupyter's own login off, but JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH is set too; unset them, or unset JUPYTER_AUTH"
+  log_warn "JUPYTER_AUTH=platform: JupyterLab runs WITHOUT its own token or password; only the platform in" \
+           "front of it (Kubeflow's Istio and auth proxy, an authenticating reverse proxy) keeps others out." \
+           "Never publish port $JUPYTER_CONTAINER_PORT where anyone can reach it directly."
+  log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}${JUPYTER_BASE_URL} (authenticated by the platform)"
+}
+
+use_jupyters_own_authentication() {
   if [[ -n ${JUPYTER_PASSWORD_HASH:-} ]]; then
     check_jupyter_password_hash
-    log_info "JupyterLab: password login (JUPYTER_PASSWORD_HASH)"
+    log_info "JupyterLab: password login (JUPYTER_PASSWORD_HASH) at http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}${JUPYTER_BASE_URL}"
   elif [[ -n ${JUPYTER_TOKEN:-} ]]; then
     check_jupyter_token
   else
     use_kept_or_new_jupyter_token
   fi
-  export JUPYTER_TOKEN=${JUPYTER_TOKEN:-}
+}
+
+prepare_jupyter_auth() {
+  JUPYTER_BASE_URL=$(read_jupyter_base_url) || exit
+  JUPYTER_AUTH=${JUPYTER_AUTH:-token}
+  if ((SPAWNED_BY_JUPYTERHUB)); then
+    JUPYTER_AUTH=hub
+    use_the_hubs_authentication
+  else
+    case $JUPYTER_AUTH in
+      token) use_jupyters_own_authentication ;;
+      platform) use_the_platforms_authentication ;;
+      *) fatal "JUPYTER_AUTH='$JUPYTER_AUTH' is not a kind of authentication; leave it unset (Jupyter's own token or password), or set it to platform where a platform in front of JupyterLab authenticates (Kubeflow)" ;;
+    esac
+  fi
+  record_jupyter_probe_url
+  # jupyter_server_config.py reads these three, as this step left them.
+  export JUPYTER_TOKEN=${JUPYTER_TOKEN:-} JUPYTER_AUTH JUPYTER_BASE_URL
 }

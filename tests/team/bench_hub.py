@@ -1,0 +1,34 @@
+"""BENCHMARKS.md "JupyterHub": seconds from a user's login on the hub's page to their JupyterLab page
+answering through the hub's proxy (the spawn of their container included), and the memory each idle
+user container holds, for the users of tests/team/test_jupyterhub.py.
+
+    CA_BUNDLE=... IMAGE_UNDER_TEST=pytorch-dev:cpu-latest .venv-test/bin/python -m tests.team.bench_hub
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tests.team.test_jupyterhub import USERS, log_in, open_jupyterlab, running_hub
+
+IDLE_S = 90  # after the page has loaded: the kernel-less server settles
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as folder, running_hub(os.environ["IMAGE_UNDER_TEST"], Path(folder)) as hub:
+        for user in USERS:
+            started = time.monotonic()
+            open_jupyterlab(hub, user, log_in(hub, user))
+            print(f"{user}: login to JupyterLab answering: {time.monotonic() - started:.1f} s", flush=True)
+        time.sleep(IDLE_S)
+        containers = [hub.container_of(user) for user in USERS] + [f"{hub.run}-hub"]
+        print(subprocess.run(["docker", "stats", "--no-stream", "--format", "{{.Name}}: {{.MemUsage}}", *containers],
+                             capture_output=True, text=True, check=True, timeout=60).stdout, end="")
+        print(Path("/proc/loadavg").read_text().split()[:3], "load average")
+
+
+if __name__ == "__main__":
+    main()
