@@ -1,140 +1,226 @@
 # How the container stops (sourced by entrypoint.sh; defines functions only).
 #
 # `docker stop` sends SIGTERM to tini, which passes it to the entrypoint's process group only. Training
-# started over SSH, in tmux, with `docker exec` or from a notebook runs in sessions of its own and would
-# be SIGKILLed at the end of the grace period without ever seeing the signal. So the entrypoint stops the
-# container in three steps:
+# started over SSH, in tmux, with `docker exec`, from a notebook, or as the container's command runs in
+# sessions of its own and would be SIGKILLed at the end of the grace period without ever seeing the
+# signal. So the entrypoint stops the container in three steps:
 #   1. SIGTERM to the top process of each piece of the user's work: each process that a session holder
-#      (sshd, a shell, tmux, JupyterLab, a notebook kernel) or `docker exec` started. Not to the session
-#      holders themselves: when one ends, the terminal it held sends SIGHUP to the jobs in it, which
-#      would kill a trainer in the middle of its checkpoint. Not to the processes below the top either:
-#      a trainer stops its own DataLoader workers, which die of a SIGTERM of their own and take the
-#      step down with them. One exception: torchrun's workers get the signal instead of torchrun,
-#      whose agent turns a SIGTERM of its own into exit status 1 and a traceback even when every
-#      worker saved; seeing its workers finish, it ends as a job that succeeded, with 0.
+#      (sshd, a shell, tmux, JupyterLab, a notebook kernel, the entrypoint) or `docker exec` started. Not
+#      to the session holders themselves: when one ends, the terminal it held sends SIGHUP to the jobs in
+#      it, which would kill a trainer in the middle of its checkpoint. Not to the processes below the top
+#      either: a trainer stops its own DataLoader workers, which die of a SIGTERM of their own and take
+#      the step down with them. Two exceptions:
+#      - torchrun's workers get the signal instead of torchrun, whose agent turns a SIGTERM of its own
+#        into exit status 1 and a traceback even when every worker saved; seeing its workers finish, it
+#        ends as a job that succeeded, with 0.
+#      - a later stage of a pipeline typed at a shell (`torchrun ... | tee train.log`) is left to end at
+#        the end of its input: signalled with the trainer, `tee` would die first, and the trainer's next
+#        progress line would raise BrokenPipeError before it saved. The shell gives the pipeline a
+#        process group led by its first stage, so a later stage is a process whose group leader is a
+#        sibling of it. It gets SIGTERM only once that first stage has been gone for PIPE_DRAIN_US (a
+#        reader that ignores the end of its input). (Reading /proc/PID/fd would be exact, but root
+#        without CAP_SYS_PTRACE may not read another user's; a script without job control keeps one
+#        group for all its commands: README.md's "Stopping" says what to do there.)
 #   2. Wait for all of that work to exit, for at most STOP_TIMEOUT seconds (25: inside compose's 30 s).
-#   3. SIGTERM to everything left, services included, and exit 0.
+#   3. SIGTERM to everything left, services included.
+#
+# Thousands of processes (DataLoader workers, shells, tmux panes) and a full PID table (a fork bomb
+# within pids_limit) must not delay step 1: the whole stop path runs on bash builtins alone and forks
+# nothing. It reads /proc once per pass with `read` and `mapfile`, and waits with `read -t` on a FIFO
+# that start-up made (prepare_stop_path) instead of forking `sleep`.
 
 readonly DEFAULT_STOP_TIMEOUT_S=25
-# Process names (/proc/PID/comm) that hold sessions open; they are stopped last, in step 3. A notebook
-# kernel is one too (a python process running ipykernel), found by its command line.
+# Process names (the comm field of /proc/PID/stat) that hold sessions open; they are stopped last, in
+# step 3. A notebook kernel is one too (a python process running ipykernel), found by its command line.
 readonly SESSION_HOLDERS='^(tini|sshd|bash|sh|dash|zsh|fish|tmux: server|tmux: client|screen|SCREEN|jupyter-lab|setpriv|sleep)$'
 readonly KERNEL_COMMAND='ipykernel_launcher|-m ipykernel'
+readonly TORCHRUN_COMMAND='(/torchrun|torch\.distributed\.run|torch/distributed/run\.py) '
+readonly STOP_POLL_S=0.2
+readonly PIPE_DRAIN_US=1000000
+# At most this many processes are named in a log line; the rest are counted.
+readonly DESCRIBED_AT_MOST=8
+STOP_WAIT_FIFO=/run/container/stop-wait
 
-# The state letter of a process (R, S, Z...), or nothing once it is gone. The name in /proc/PID/stat is
-# in parentheses and may hold spaces ("tmux: server"), so the state is read after the last ") ".
-process_state() {
-  local stat
-  read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
-  stat=${stat##*) }
-  echo "${stat%% *}"
+# What one pass over /proc found, keyed by PID.
+declare -A PARENT=() GROUP=() COMMAND=() HOLDER=() CHILDREN=()
+LIVE=()    # every live process but PID 1 and the entrypoint
+WORK=()    # LIVE without the session holders
+TOPS=()    # what step 1 signals now
+READERS=() # later pipeline stages, signalled once the first stage is gone
+
+# Made at start-up, while forking is still certain to work.
+prepare_stop_path() {
+  [[ -p $STOP_WAIT_FIFO ]] || mkfifo -m 0600 "$STOP_WAIT_FIFO" 2>/dev/null ||
+    log_warn "could not make $STOP_WAIT_FIFO: the stop path will fork sleep between its checks"
 }
 
-is_alive() {
-  local state
-  state=$(process_state "$1")
-  # A zombie has exited already; tini reaps it.
-  [[ -n $state && $state != Z ]]
+# Sleeps STOP_POLL_S without forking: nothing ever writes to the FIFO, so `read -t` times out.
+pause_between_checks() {
+  if [[ -p $STOP_WAIT_FIFO ]] && { exec {STOP_WAIT_FD}<>"$STOP_WAIT_FIFO"; } 2>/dev/null; then
+    read -r -t "$STOP_POLL_S" -u "$STOP_WAIT_FD" _ || true
+    exec {STOP_WAIT_FD}<&-
+  else
+    sleep "$STOP_POLL_S"
+  fi
 }
 
-# PIDs of every live process of the container but PID 1, this shell and its subshells.
-other_processes() {
-  local entry pid
+# Fills PARENT, GROUP, COMMAND, HOLDER, CHILDREN, LIVE and WORK from /proc. The name in /proc/PID/stat
+# is in parentheses and may hold spaces ("tmux: server"): the fields after it (state, parent, process
+# group) are read after the last ") ". A zombie has exited already (tini reaps it) and is left out.
+scan_processes() {
+  local entry pid stat name fields arguments
+  PARENT=() GROUP=() COMMAND=() HOLDER=() CHILDREN=() LIVE=() WORK=()
   for entry in /proc/[0-9]*; do
     pid=${entry#/proc/}
-    ((pid == 1 || pid == $$ || pid == BASHPID)) && continue
-    is_alive "$pid" && echo "$pid"
+    ((pid == 1 || pid == $$)) && continue
+    { read -r stat <"$entry/stat"; } 2>/dev/null || continue
+    fields=${stat##*) }
+    [[ ${fields%% *} == Z ]] && continue
+    fields=${fields#* }
+    PARENT[$pid]=${fields%% *}
+    fields=${fields#* }
+    GROUP[$pid]=${fields%% *}
+    CHILDREN[${PARENT[$pid]}]+=" $pid"
+    LIVE+=("$pid")
+    name=${stat#*(}
+    name=${name%) *}
+    if [[ $name =~ $SESSION_HOLDERS ]]; then
+      HOLDER[$pid]=1
+      continue
+    fi
+    arguments=()
+    { mapfile -d '' arguments <"$entry/cmdline"; } 2>/dev/null || true
+    COMMAND[$pid]="${arguments[*]}"
+    if [[ ${COMMAND[$pid]} =~ $KERNEL_COMMAND ]]; then HOLDER[$pid]=1; else WORK+=("$pid"); fi
   done
 }
 
-parent_of() {
-  local stat
-  read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
-  stat=${stat##*) }
-  stat=${stat#* }
-  echo "${stat%% *}"
-}
-
-# Whether PID holds sessions open (or is PID 1, or outside the container: the parent of `docker exec`).
+# Whether PID holds sessions open, or is PID 1, the entrypoint, or outside the container (the parent of
+# `docker exec`), or gone.
 is_session_holder() {
-  local pid=$1 name
-  ((pid <= 1 || pid == $$)) && return 0
-  read -r name 2>/dev/null <"/proc/$pid/comm" || return 0
-  [[ $name =~ $SESSION_HOLDERS ]] && return 0
-  [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) =~ $KERNEL_COMMAND ]]
+  local pid=$1
+  ((pid <= 1 || pid == $$)) || [[ -n ${HOLDER[$pid]-} || -z ${PARENT[$pid]-} ]]
 }
 
-# Every process of the user's work: all but the session holders and the entrypoint's own.
-user_work_processes() {
-  local pid
-  for pid in $(other_processes); do
-    is_session_holder "$pid" || echo "$pid"
-  done
-}
-
-is_torchrun_agent() {
-  [[ $(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) =~ (/torchrun|torch\.distributed\.run|torch/distributed/run\.py)\  ]]
-}
-
-# What to signal for the work in $@: the processes whose parent is a session holder, but for torchrun
-# its workers (the processes in $@ whose parent it is).
-tops_of() {
+# Sets TOPS and READERS for the WORK that scan_processes found: the processes whose parent is a session
+# holder, but for torchrun its workers, and without the later stages of pipelines.
+find_tops() {
   local pid child workers
-  for pid in "$@"; do
-    is_session_holder "$(parent_of "$pid")" || continue
+  TOPS=() READERS=()
+  for pid in "${WORK[@]}"; do
+    is_session_holder "${PARENT[$pid]}" || continue
+    if is_later_pipeline_stage "$pid"; then
+      READERS+=("$pid")
+      continue
+    fi
     workers=()
-    if is_torchrun_agent "$pid"; then
-      for child in "$@"; do
-        [[ $(parent_of "$child") == "$pid" ]] && workers+=("$child")
+    if [[ ${COMMAND[$pid]-} =~ $TORCHRUN_COMMAND ]]; then
+      for child in ${CHILDREN[$pid]-}; do
+        is_session_holder "$child" || workers+=("$child")
       done
     fi
     # A torchrun still in its rendezvous has no workers yet: it gets the signal itself.
-    if ((${#workers[@]})); then printf '%s\n' "${workers[@]}"; else echo "$pid"; fi
+    if ((${#workers[@]})); then TOPS+=("${workers[@]}"); else TOPS+=("$pid"); fi
   done
 }
 
+# Whether PID's process group is led by another process of the work with the same parent: the first
+# stage of the pipeline that PID reads.
+is_later_pipeline_stage() {
+  local pid=$1 leader=${GROUP[$1]}
+  ((leader != pid)) && [[ -z ${HOLDER[$leader]-} && ${PARENT[$leader]-} == "${PARENT[$pid]}" ]]
+}
+
+is_alive() {
+  local stat
+  { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+  stat=${stat##*) }
+  [[ ${stat%% *} != Z ]]
+}
+
+# Sets DESCRIPTION to the first DESCRIBED_AT_MOST of the PIDs with their command lines.
 describe_processes() {
-  local pid
+  local pid shown=0
+  DESCRIPTION=""
   for pid in "$@"; do
-    [[ -r /proc/$pid/cmdline ]] && printf '%s(%s) ' "$pid" "$(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-60)"
+    if ((shown == DESCRIBED_AT_MOST)); then
+      DESCRIPTION+="and $(($# - shown)) more"
+      return
+    fi
+    DESCRIPTION+="$pid(${COMMAND[$pid]:0:60}) "
+    shown=$((shown + 1))
   done
 }
 
-# Waits until none of the PIDs is alive, or TIMEOUT seconds; prints the ones still alive.
-wait_for_exit_of() {
-  local timeout=$1 deadline pid alive
-  shift
+# SIGTERM to each later pipeline stage whose first stage has been gone for PIPE_DRAIN_US. DRAINING[PID]
+# holds when it was first seen gone; SIGNALLED[PID] that PID got its signal.
+signal_drained_readers() {
+  local reader now=${EPOCHREALTIME/./}
+  for reader in "${READERS[@]}"; do
+    [[ -z ${SIGNALLED[$reader]-} ]] || continue
+    is_alive "${GROUP[$reader]}" && continue
+    : "${DRAINING[$reader]:=$now}"
+    if ((now - DRAINING[$reader] >= PIPE_DRAIN_US)); then
+      kill -TERM -- "$reader" 2>/dev/null || true
+      SIGNALLED[$reader]=1
+    fi
+  done
+}
+
+# Waits until none of WORK is alive, or TIMEOUT seconds; sets LEFT to those still alive.
+wait_for_work() {
+  local timeout=$1 deadline pid
+  local -A DRAINING=() SIGNALLED=()
   deadline=$((SECONDS + timeout))
   while :; do
-    alive=()
-    for pid in "$@"; do
-      is_alive "$pid" && alive+=("$pid")
+    LEFT=()
+    for pid in "${WORK[@]}"; do
+      is_alive "$pid" && LEFT+=("$pid")
     done
-    if ((${#alive[@]} == 0 || SECONDS >= deadline)); then break; fi
-    sleep 0.2
+    if ((${#LEFT[@]} == 0 || SECONDS >= deadline)); then return; fi
+    ((${#READERS[@]} == 0)) || signal_drained_readers
+    pause_between_checks
   done
-  echo "${alive[@]}"
+}
+
+# Steps 1 and 2. Sets WORK_ENDED_IN_TIME to 1 when all of the user's work exited within STOP_TIMEOUT.
+stop_user_work() {
+  local timeout=${STOP_TIMEOUT:-$DEFAULT_STOP_TIMEOUT_S}
+  WORK_ENDED_IN_TIME=1
+  scan_processes
+  ((${#WORK[@]})) || return 0
+  find_tops
+  describe_processes "${TOPS[@]}" "${READERS[@]}"
+  log_info "stopping: SIGTERM to your work first, waiting up to ${timeout} s for it: $DESCRIPTION"
+  ((${#TOPS[@]} == 0)) || kill -TERM -- "${TOPS[@]}" 2>/dev/null || true
+  wait_for_work "$timeout"
+  if ((${#LEFT[@]})); then
+    WORK_ENDED_IN_TIME=0
+    describe_processes "${LEFT[@]}"
+    log_warn "still running after ${timeout} s, stopped with the services now: $DESCRIPTION"
+  else
+    log_info "your processes have exited"
+  fi
+}
+
+# Step 3: everything else, sshd and its sessions, tmux, shells, JupyterLab and its terminals.
+stop_everything_left() {
+  scan_processes
+  ((${#LIVE[@]} == 0)) || kill -TERM -- "${LIVE[@]}" 2>/dev/null || true
+}
+
+# The log's last word on the stop: "stopped cleanly" only when the work ended within STOP_TIMEOUT.
+report_stop() {
+  if ((WORK_ENDED_IN_TIME)); then
+    log_info "stopped cleanly"
+  else
+    log_warn "stopped, but not cleanly: your work did not end within STOP_TIMEOUT and got SIGTERM late"
+  fi
 }
 
 stop_user_work_then_services() {
-  local timeout=${STOP_TIMEOUT:-$DEFAULT_STOP_TIMEOUT_S} work tops left
-  [[ $timeout =~ ^[0-9]+$ ]] || timeout=$DEFAULT_STOP_TIMEOUT_S
-  mapfile -t work < <(user_work_processes)
-  if ((${#work[@]})); then
-    mapfile -t tops < <(tops_of "${work[@]}")
-    log_info "stopping: SIGTERM to your work first, waiting up to ${timeout} s for it: $(describe_processes "${tops[@]}")"
-    kill -TERM -- "${tops[@]}" 2>/dev/null || true
-    left=$(wait_for_exit_of "$timeout" "${work[@]}")
-    if [[ -n $left ]]; then
-      # shellcheck disable=SC2086  # one PID a word
-      log_warn "still running after ${timeout} s, stopped with the services now: $(describe_processes $left)"
-    else
-      log_info "your processes have exited"
-    fi
-  fi
-  # Everything else: sshd and its sessions, tmux, shells, JupyterLab and its terminals.
-  mapfile -t left < <(other_processes)
-  ((${#left[@]} == 0)) || kill -TERM -- "${left[@]}" 2>/dev/null || true
+  stop_user_work
+  stop_everything_left
   wait || true
-  log_info "stopped cleanly"
+  report_stop
 }
