@@ -80,7 +80,8 @@ report_hook_that_ended_start_up() {
 
 start_gpu_exporter() {
   ((ENABLE_GPU_EXPORTER)) || return 0
-  setsid "${AS_USER[@]}" python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT" &
+  setsid "${AS_USER[@]}" python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT" \
+    --address "${GPU_EXPORTER_ADDRESS:-0.0.0.0}" &
   disown  # a failed exporter costs its metrics, never the container (wait -n watches the services alone)
   log_info "GPU exporter: /metrics on port $GPU_EXPORTER_PORT"
 }
