@@ -32,9 +32,14 @@
 readonly DEFAULT_STOP_TIMEOUT_S=25
 # Process names (the comm field of /proc/PID/stat) that hold sessions open; they are stopped last, in
 # step 3. A notebook kernel is one too (a python process running ipykernel), found by its command line.
-readonly SESSION_HOLDERS='^(tini|sshd|bash|sh|dash|zsh|fish|tmux: server|tmux: client|screen|SCREEN|jupyter-lab|setpriv|sleep)$'
+# A lookup table, not a regular expression: bash compiles a regex at every match, 5,000 times a scan.
+declare -rA SESSION_HOLDERS=([tini]=1 [sshd]=1 [bash]=1 [sh]=1 [dash]=1 [zsh]=1 [fish]=1 ["tmux: server"]=1
+  ["tmux: client"]=1 [screen]=1 [SCREEN]=1 [jupyter-lab]=1 [setpriv]=1 [sleep]=1)
 readonly KERNEL_COMMAND='ipykernel_launcher|-m ipykernel'
 readonly TORCHRUN_COMMAND='(/torchrun|torch\.distributed\.run|torch/distributed/run\.py) '
+# Only processes with these names can be a kernel or torchrun's agent (torch names it pt_elastic), so
+# only their command lines are read during the scan.
+readonly NAMES_WORTH_A_COMMAND_LINE='python*|pt_elastic|torchrun'
 readonly STOP_POLL_S=0.2
 readonly PIPE_DRAIN_US=1000000
 # At most this many processes are named in a log line; the rest are counted.
@@ -42,7 +47,7 @@ readonly DESCRIBED_AT_MOST=8
 STOP_WAIT_FIFO=/run/container/stop-wait
 
 # What one pass over /proc found, keyed by PID.
-declare -A PARENT=() GROUP=() COMMAND=() HOLDER=() CHILDREN=()
+declare -A PARENT=() GROUP=() COMMAND=() HOLDER=()
 LIVE=()    # every live process but PID 1 and the entrypoint
 WORK=()    # LIVE without the session holders
 TOPS=()    # what step 1 signals now
@@ -64,59 +69,67 @@ pause_between_checks() {
   fi
 }
 
-# Fills PARENT, GROUP, COMMAND, HOLDER, CHILDREN, LIVE and WORK from /proc. The name in /proc/PID/stat
-# is in parentheses and may hold spaces ("tmux: server"): the fields after it (state, parent, process
-# group) are read after the last ") ". A zombie has exited already (tini reaps it) and is left out.
+# Fills PARENT, GROUP, COMMAND, HOLDER, LIVE and WORK from /proc. /proc/PID/stat reads
+# "PID (NAME) STATE PARENT GROUP ...", where NAME (15 bytes at most) may hold spaces and ") ": the fields
+# start after the last ") " within the first PID+20 bytes. Patterns run on short slices of the line
+# only: on the whole line bash's longest-match removal costs more than the read. A zombie has exited
+# already (tini reaps it) and is left out.
 scan_processes() {
-  local entry pid stat name fields arguments
-  PARENT=() GROUP=() COMMAND=() HOLDER=() CHILDREN=() LIVE=() WORK=()
+  local entry pid stat head after name fields
+  PARENT=() GROUP=() COMMAND=() HOLDER=() LIVE=() WORK=()
   for entry in /proc/[0-9]*; do
     pid=${entry#/proc/}
     ((pid == 1 || pid == $$)) && continue
     { read -r stat <"$entry/stat"; } 2>/dev/null || continue
-    fields=${stat##*) }
-    [[ ${fields%% *} == Z ]] && continue
-    fields=${fields#* }
+    head=${stat:0:${#pid}+20}
+    after=${head##*) }
+    fields=${stat:${#head}-${#after}:24}
+    [[ ${fields:0:1} == Z ]] && continue
+    fields=${fields:2}
     PARENT[$pid]=${fields%% *}
     fields=${fields#* }
     GROUP[$pid]=${fields%% *}
-    CHILDREN[${PARENT[$pid]}]+=" $pid"
     LIVE+=("$pid")
-    name=${stat#*(}
-    name=${name%) *}
-    if [[ $name =~ $SESSION_HOLDERS ]]; then
+    name=${stat:${#pid}+2:${#head}-${#after}-${#pid}-4}
+    if [[ -n ${SESSION_HOLDERS[$name]-} ]]; then
       HOLDER[$pid]=1
-      continue
+    elif [[ $name == @($NAMES_WORTH_A_COMMAND_LINE) ]] && read_command "$pid" &&
+         [[ ${COMMAND[$pid]} =~ $KERNEL_COMMAND ]]; then
+      HOLDER[$pid]=1
+    else
+      WORK+=("$pid")
     fi
-    arguments=()
-    { mapfile -d '' arguments <"$entry/cmdline"; } 2>/dev/null || true
-    COMMAND[$pid]="${arguments[*]}"
-    if [[ ${COMMAND[$pid]} =~ $KERNEL_COMMAND ]]; then HOLDER[$pid]=1; else WORK+=("$pid"); fi
   done
 }
 
-# Whether PID holds sessions open, or is PID 1, the entrypoint, or outside the container (the parent of
-# `docker exec`), or gone.
-is_session_holder() {
-  local pid=$1
-  ((pid <= 1 || pid == $$)) || [[ -n ${HOLDER[$pid]-} || -z ${PARENT[$pid]-} ]]
+# Sets COMMAND[PID] to its command line, words joined by spaces; false when it is gone.
+read_command() {
+  local arguments=()
+  { mapfile -d '' arguments <"/proc/$1/cmdline"; } 2>/dev/null || return 1
+  COMMAND[$1]="${arguments[*]}"
 }
 
 # Sets TOPS and READERS for the WORK that scan_processes found: the processes whose parent is a session
 # holder, but for torchrun its workers, and without the later stages of pipelines.
+# (Inlined checks: a function call per process costs more than the whole test.)
 find_tops() {
-  local pid child workers
+  local pid parent leader child workers
   TOPS=() READERS=()
   for pid in "${WORK[@]}"; do
-    is_session_holder "${PARENT[$pid]}" || continue
-    if is_later_pipeline_stage "$pid"; then
+    # The parent holds sessions open, or is PID 1, the entrypoint, or outside the container (the parent
+    # of `docker exec`), or gone.
+    parent=${PARENT[$pid]}
+    ((parent <= 1 || parent == $$)) || [[ -n ${HOLDER[$parent]-} || -z ${PARENT[$parent]-} ]] || continue
+    # A later pipeline stage: its process group is led by a sibling that is not a session holder.
+    leader=${GROUP[$pid]}
+    if ((leader != pid)) && [[ -z ${HOLDER[$leader]-} && ${PARENT[$leader]-} == "$parent" ]]; then
       READERS+=("$pid")
       continue
     fi
     workers=()
     if [[ ${COMMAND[$pid]-} =~ $TORCHRUN_COMMAND ]]; then
-      for child in ${CHILDREN[$pid]-}; do
-        is_session_holder "$child" || workers+=("$child")
+      for child in "${WORK[@]}"; do
+        ((PARENT[$child] == pid)) && workers+=("$child")
       done
     fi
     # A torchrun still in its rendezvous has no workers yet: it gets the signal itself.
@@ -124,18 +137,11 @@ find_tops() {
   done
 }
 
-# Whether PID's process group is led by another process of the work with the same parent: the first
-# stage of the pipeline that PID reads.
-is_later_pipeline_stage() {
-  local pid=$1 leader=${GROUP[$1]}
-  ((leader != pid)) && [[ -z ${HOLDER[$leader]-} && ${PARENT[$leader]-} == "${PARENT[$pid]}" ]]
-}
-
 is_alive() {
   local stat
   { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
   stat=${stat##*) }
-  [[ ${stat%% *} != Z ]]
+  [[ ${stat:0:1} != Z ]]
 }
 
 # Sets DESCRIPTION to the first DESCRIBED_AT_MOST of the PIDs with their command lines.
@@ -147,6 +153,7 @@ describe_processes() {
       DESCRIPTION+="and $(($# - shown)) more"
       return
     fi
+    [[ -n ${COMMAND[$pid]-} ]] || read_command "$pid" || true
     DESCRIPTION+="$pid(${COMMAND[$pid]:0:60}) "
     shown=$((shown + 1))
   done
@@ -167,16 +174,21 @@ signal_drained_readers() {
   done
 }
 
-# Waits until none of WORK is alive, or TIMEOUT seconds; sets LEFT to those still alive.
+# Waits until none of WORK is alive, or TIMEOUT seconds; sets LEFT to those still alive. Each pass
+# looks only at what the last one found alive (is_alive inlined, as in find_tops).
 wait_for_work() {
-  local timeout=$1 deadline pid
+  local timeout=$1 deadline pid stat alive
   local -A DRAINING=() SIGNALLED=()
   deadline=$((SECONDS + timeout))
+  LEFT=("${WORK[@]}")
   while :; do
-    LEFT=()
-    for pid in "${WORK[@]}"; do
-      is_alive "$pid" && LEFT+=("$pid")
+    alive=()
+    for pid in "${LEFT[@]}"; do
+      { read -r stat <"/proc/$pid/stat"; } 2>/dev/null || continue
+      stat=${stat##*) }
+      [[ ${stat:0:1} == Z ]] || alive+=("$pid")
     done
+    LEFT=("${alive[@]}")
     if ((${#LEFT[@]} == 0 || SECONDS >= deadline)); then return; fi
     ((${#READERS[@]} == 0)) || signal_drained_readers
     pause_between_checks
