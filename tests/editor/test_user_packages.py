@@ -143,3 +143,17 @@ def test_a_notebook_kernel_falls_back_to_the_images_python_and_the_log_says_why(
     assert reason in logs, logs[-3000:]
     assert "python-kernel: this kernel runs the image's Python, without your own packages" in logs, logs[-3000:]
 
+
+# What `PIP_CONFIG_FILE=/dev/null pip install torch==...` leaves in the environment, without the download.
+OWN_TORCH = ("site=$(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))') && "
+             "mkdir \"$site/torch-2.5.0.dist-info\" && "
+             "printf 'Metadata-Version: 2.1\\nName: torch\\nVersion: 2.5.0\\n' > \"$site/torch-2.5.0.dist-info/METADATA\"")
+
+
+def test_a_torch_installed_past_the_pin_is_warned_about_in_every_new_shell(cache_volume, containers):
+    container = containers(options=["--volume", f"{cache_volume}:{CACHE_MOUNT}", "--env", "ENABLE_JUPYTER=0"])
+    planted = login_shell(container, OWN_TORCH)
+    assert planted.rc == 0, planted.stderr
+    shell = login_shell(container, "true")
+    warnings = [line for line in shell.stderr.splitlines() if "your environment holds its own torch 2.5.0" in line]
+    assert len(warnings) == 1 and "pip uninstall torch" in warnings[0], shell.stderr
