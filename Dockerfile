@@ -107,6 +107,11 @@ RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTI
  && cp "$(python3 -c 'import ipykernel, os; print(os.path.dirname(ipykernel.__file__))')"/resources/logo-* \
        /usr/local/share/container/jupyter/kernels/python3/ \
  && command -v python3 > /usr/local/lib/container/image-python \
+ # The names of the image's own variables (NGC's and ours): SSH sessions get them (session-env.sh).
+ && python3 -c 'import os; print("\n".join(sorted(os.environ)))' > /usr/local/lib/container/image-env-names \
+ # user-packages, the tool that repairs the user's environment, runs on the image's Python, never on that
+ # environment's (first on PATH once activated), where a .pth file that hangs would hang the tool too.
+ && sed -i "1s|^#!.*|#!$(command -v python3)|" /usr/local/bin/user-packages \
  && ln -sf /opt/scripts/doctor.py /usr/local/bin/doctor \
  && install -d -o "$CONTAINER_USER" -g "$CONTAINER_USER" /workspace \
  # Start-up hooks of the user's own (bind mount or derived image); ours live in /usr/local/lib/container.

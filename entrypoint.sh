@@ -40,6 +40,7 @@ JUPYTER_SERVER_COMMAND=(jupyter lab)   # prepare_jupyter_auth picks jupyterhub-s
 export CONTAINER_MODE
 
 run_core_steps() {
+  check_settings
   run_ngc_start_scripts
   set_up_container_user
   warn_about_limits
@@ -87,7 +88,8 @@ report_hook_that_ended_start_up() {
 
 start_gpu_exporter() {
   ((ENABLE_GPU_EXPORTER)) || return 0
-  setsid "${AS_USER[@]}" python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT" &
+  setsid "${AS_USER[@]}" python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT" \
+    --address "${GPU_EXPORTER_ADDRESS:-0.0.0.0}" &
   disown  # a failed exporter costs its metrics, never the container (wait -n watches the services alone)
   log_info "GPU exporter: /metrics on port $GPU_EXPORTER_PORT"
 }
@@ -114,24 +116,51 @@ start_services() {
 }
 
 # Runs until SIGTERM (docker stop) or SIGINT, then stops the user's work first and the services last.
+# A service that exits on its own (JupyterLab's File > Shut Down, a crash, the OOM killer) ends the
+# container the same orderly way, so a trainer in tmux saves before the restart policy brings it back.
 wait_for_services() {
-  local stopping=0 status=0 pids
+  local stopping=0 status=0
   trap 'stopping=1' TERM INT
   wait -n || status=$?
+  trap '' TERM INT   # a second docker stop must not cut the orderly stop short
   if ((stopping)); then
-    trap '' TERM INT   # a second docker stop must not cut the orderly stop short
     stop_user_work_then_services
     exit 0
   fi
-  log_warn "a service exited on its own (status $status); stopping the others so the restart policy can act"
-  mapfile -t pids < <(jobs -p)
-  kill -TERM -- "${pids[@]}" 2>/dev/null || true
-  wait || true
+  log_warn "a service exited on its own (status $status): stopping your work, then the other services," \
+           "so the restart policy can act"
+  stop_user_work_then_services
   exit "$((status == 0 ? 1 : status))"
+}
+
+# A command (a Kubernetes or Slurm job's torchrun, `docker run -d IMAGE CMD`) runs in a session of its
+# own, as the services do, so `docker stop` reaches the entrypoint alone, which stops the command's
+# work as it stops a user's (stop.sh): torchrun's workers save and torchrun ends with 0, where a SIGTERM
+# of its own would make it exit 1 with a traceback and the scheduler count a failed job. The command's
+# exit status is the container's. At a terminal (docker run -it) the command is exec'd instead, so
+# Ctrl-C and job control stay its own.
+run_command() {
+  local stopping=0 status=0 command_pid
+  if [[ -t 0 ]]; then exec "${AS_USER[@]}" "$@"; fi
+  trap 'stopping=1' TERM INT
+  setsid "${AS_USER[@]}" "$@" <&0 &   # stdin stays the container's (bash gives a background job /dev/null)
+  command_pid=$!
+  wait "$command_pid" || status=$?
+  if ((stopping)); then
+    trap '' TERM INT
+    stop_user_work
+    stop_everything_left
+    status=0
+    wait "$command_pid" || status=$?
+    wait || true
+    report_stop
+  fi
+  exit "$status"
 }
 
 # A restarted container keeps its files: what the last start recorded is stale until this one is done.
 rm -f "$RUN_DIR/started" "$RUN_DIR/services"
+prepare_stop_path
 run_core_steps
 run_user_hooks
 if ((ENABLE_SSH)); then write_session_env; fi
@@ -142,7 +171,7 @@ if [[ $CONTAINER_MODE == command ]]; then
   touch "$RUN_DIR/started"
   # Root keeps root only by asking for it (docker exec --user root), never because a step went missing.
   ((EUID != 0 || ${#AS_USER[@]})) || fatal "internal: the container user was not set up; the command did not run"
-  exec "${AS_USER[@]}" "$@"
+  run_command "$@"
 fi
 start_services
 touch "$RUN_DIR/started"

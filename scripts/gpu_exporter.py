@@ -18,9 +18,11 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pynvml
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -28,6 +30,11 @@ from trainer.cli import OneLineErrorParser
 
 LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
 MIB = 2**20
+# A client that connects and sends nothing holds a thread until this many seconds pass (a scrape sends
+# its request at once); without it, 500 half-open connections held 500 threads for as long as they liked.
+READ_TIMEOUT_S = 10
+# Connections the kernel queues while every thread is busy (socketserver's default of 5 drops a burst).
+LISTEN_BACKLOG = 128
 
 
 def utilization(handle: object) -> float:
@@ -128,6 +135,34 @@ class NvmlCollector(Collector):
                 text(pynvml.nvmlDeviceGetName), self.hostname]
 
 
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """One daemon thread per scrape, as prometheus_client's own server, with a longer listen queue."""
+
+    daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that timed out or hung up is no fault of the exporter's: no traceback for it."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
+
+class TimedRequestHandler(WSGIRequestHandler):
+    """Drops a connection that sends no request within READ_TIMEOUT_S, and logs nothing per scrape."""
+
+    timeout = READ_TIMEOUT_S
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
+        pass
+
+
+def serve_metrics(address: str, port: int, registry: CollectorRegistry) -> None:
+    """Serves REGISTRY on http://ADDRESS:PORT/metrics from a thread of its own."""
+    MetricsServer.address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    server = make_server(address, port, make_wsgi_app(registry), MetricsServer, TimedRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
+
+
 def tcp_port(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 65535:
         raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {text!r}")
@@ -138,7 +173,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = OneLineErrorParser(prog="gpu_exporter.py", description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=tcp_port, default=9400, help="TCP port of /metrics (dcgm-exporter's is 9400)")
     parser.add_argument("--address", default="0.0.0.0",
-                        help="address to listen on; 0.0.0.0 lets Prometheus on another host or container scrape")
+                        help="address to listen on (no authentication: anyone who reaches it reads the metrics); "
+                             "0.0.0.0 lets Prometheus on another host or container scrape, 127.0.0.1 keeps it local")
     return parser.parse_args(argv)
 
 
@@ -147,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     registry = CollectorRegistry()
     registry.register(NvmlCollector(start_nvml()))
     try:
-        start_http_server(args.port, addr=args.address, registry=registry)
+        serve_metrics(args.address, args.port, registry)
     except OSError as error:
         print(f"gpu_exporter: cannot listen on {args.address}:{args.port} ({error.strerror}); pick another --port",
               file=sys.stderr)

@@ -118,19 +118,42 @@ BREAK_IPYKERNEL = ("echo 'raise ImportError(\"broken on purpose\")' "
                    "> \"$(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')/traitlets.py\"")
 
 
-@pytest.mark.parametrize("cause", ["unwritable cache", "ipykernel broken in the environment"])
+# A .pth file in the user's environment that never returns: every start of that Python hangs.
+HANG_AT_START = ("echo 'import time; time.sleep(3600)' "
+                 "> \"$(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')/zz_hang.pth\"")
+
+
+@pytest.mark.parametrize("cause", ["unwritable cache", "ipykernel broken in the environment", "a .pth that hangs"])
 def test_a_notebook_kernel_falls_back_to_the_images_python_and_the_log_says_why(cache_volume, containers, cause):
     if cause == "unwritable cache":
         container, base_url = jupyter_container(containers, "--tmpfs", f"{CACHE_MOUNT}:ro")
         reason = f"user-packages: cannot set up {CACHE_MOUNT}/user-packages"
     else:
         container, base_url = jupyter_container(containers, "--volume", f"{cache_volume}:{CACHE_MOUNT}")
-        broken = login_shell(container, BREAK_IPYKERNEL)
+        broken = login_shell(container, HANG_AT_START if cause == "a .pth that hangs" else BREAK_IPYKERNEL)
         assert broken.rc == 0, broken.stderr
-        reason = "ImportError: broken on purpose"
+        reason = ("your environment's Python did not start within 15 s" if cause == "a .pth that hangs"
+                  else "ImportError: broken on purpose")
+        # The repair tool itself still starts: it runs on the image's Python.
+        assert login_shell(container, "user-packages path", timeout=30).rc == 0
     reply = run_in_a_notebook_kernel(container, base_url, TOKEN,
                                      "import sys, torch; assert '/user-packages/' not in sys.prefix, sys.prefix")
     assert reply["status"] == "ok", reply
     logs = container.logs()
     assert reason in logs, logs[-3000:]
     assert "python-kernel: this kernel runs the image's Python, without your own packages" in logs, logs[-3000:]
+
+
+# What `PIP_CONFIG_FILE=/dev/null pip install torch==...` leaves in the environment, without the download.
+OWN_TORCH = ("site=$(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))') && "
+             "mkdir \"$site/torch-2.5.0.dist-info\" && "
+             "printf 'Metadata-Version: 2.1\\nName: torch\\nVersion: 2.5.0\\n' > \"$site/torch-2.5.0.dist-info/METADATA\"")
+
+
+def test_a_torch_installed_past_the_pin_is_warned_about_in_every_new_shell(cache_volume, containers):
+    container = containers(options=["--volume", f"{cache_volume}:{CACHE_MOUNT}", "--env", "ENABLE_JUPYTER=0"])
+    planted = login_shell(container, OWN_TORCH)
+    assert planted.rc == 0, planted.stderr
+    shell = login_shell(container, "true")
+    warnings = [line for line in shell.stderr.splitlines() if "your environment holds its own torch 2.5.0" in line]
+    assert len(warnings) == 1 and "pip uninstall torch" in warnings[0], shell.stderr

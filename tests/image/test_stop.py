@@ -12,18 +12,10 @@ import time
 from tests.support.containers import docker
 from tests.support.notebook_kernel import run_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
-from tests.support.training import TINY_RUN
+from tests.support.stopping import GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_command, wait_until_trained
 from tests.support.waiting import wait_until
 
-GRACE_PERIOD_S = 30  # compose's stop_grace_period
 TOKEN = "stop-test-token-0a9b8c7d6e5f"
-# Long enough that only a stop ends it, saving only on request (--save-every 0).
-ENDLESS_RUN = f"{TINY_RUN} --max-steps 100000 --save-every 0 --num-workers 1"
-
-
-def trainer_command(name: str, nproc: int) -> str:
-    return (f"OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node={nproc} /opt/scripts/train_ddp.py "
-            f"{ENDLESS_RUN} --ckpt-dir /tmp/{name}-ckpt --metrics-file /tmp/{name}.jsonl > /tmp/{name}.log 2>&1")
 
 
 def start_from_a_notebook_kernel(container, base_url: str) -> None:
@@ -45,25 +37,19 @@ def test_docker_stop_saves_training_started_over_ssh_in_tmux_with_exec_and_from_
     docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c", trainer_command("exec", 1))
     start_from_a_notebook_kernel(container, f"http://127.0.0.1:{container.published_port(8888)}")
     for name in ("tmux", "exec", "notebook"):
-        wait_until(lambda: container.run(f"grep -q '\"step\": 2,' /tmp/{name}.jsonl").rc == 0, 240,
-                   failure=lambda: f"{name} never trained:\n" + container.run(f"cat /tmp/{name}.log").stdout)
+        wait_until_trained(container, name)
 
     started = time.monotonic()
     docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
     took = time.monotonic() - started
 
-    logs = {}
-    for name in ("tmux", "exec", "notebook"):
-        docker("cp", f"{container.name}:/tmp/{name}.log", str(tmp_path / f"{name}.log"))
-        logs[name] = (tmp_path / f"{name}.log").read_text()
+    logs = {name: read_file(container, f"/tmp/{name}.log", tmp_path) for name in ("tmux", "exec", "notebook")}
     assert container.state()["ExitCode"] == 0 and took < GRACE_PERIOD_S, (took, container.logs()[-3000:], logs)
     for name, log in logs.items():
         assert "stopped by SIGTERM at step" in log, f"{name}:\n{log}"
         # torchrun's workers got the signal, not torchrun: it saw a finished job, not a SignalException.
         assert "SignalException" not in log and "Traceback" not in log, f"{name}:\n{log}"
-        copied = docker("cp", f"{container.name}:/tmp/{name}-ckpt", str(tmp_path / name), check=False)
-        saved = sorted(path.name for path in (tmp_path / name).glob("*.pt")) if copied.returncode == 0 else []
-        assert saved, f"{name} saved no checkpoint:\n{log}"
+        assert saved_checkpoints(container, name, tmp_path), f"{name} saved no checkpoint:\n{log}"
     assert "your processes have exited" in container.logs() and "stopped cleanly" in container.logs()
 
 

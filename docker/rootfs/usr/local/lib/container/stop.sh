@@ -1,140 +1,238 @@
 # How the container stops (sourced by entrypoint.sh; defines functions only).
 #
 # `docker stop` sends SIGTERM to tini, which passes it to the entrypoint's process group only. Training
-# started over SSH, in tmux, with `docker exec` or from a notebook runs in sessions of its own and would
-# be SIGKILLed at the end of the grace period without ever seeing the signal. So the entrypoint stops the
-# container in three steps:
+# started over SSH, in tmux, with `docker exec`, from a notebook, or as the container's command runs in
+# sessions of its own and would be SIGKILLed at the end of the grace period without ever seeing the
+# signal. So the entrypoint stops the container in three steps:
 #   1. SIGTERM to the top process of each piece of the user's work: each process that a session holder
-#      (sshd, a shell, tmux, JupyterLab, a notebook kernel) or `docker exec` started. Not to the session
-#      holders themselves: when one ends, the terminal it held sends SIGHUP to the jobs in it, which
-#      would kill a trainer in the middle of its checkpoint. Not to the processes below the top either:
-#      a trainer stops its own DataLoader workers, which die of a SIGTERM of their own and take the
-#      step down with them. One exception: torchrun's workers get the signal instead of torchrun,
-#      whose agent turns a SIGTERM of its own into exit status 1 and a traceback even when every
-#      worker saved; seeing its workers finish, it ends as a job that succeeded, with 0.
+#      (sshd, a shell, tmux, JupyterLab, a notebook kernel, the entrypoint) or `docker exec` started. Not
+#      to the session holders themselves: when one ends, the terminal it held sends SIGHUP to the jobs in
+#      it, which would kill a trainer in the middle of its checkpoint. Not to the processes below the top
+#      either: a trainer stops its own DataLoader workers, which die of a SIGTERM of their own and take
+#      the step down with them. Two exceptions:
+#      - torchrun's workers get the signal instead of torchrun, whose agent turns a SIGTERM of its own
+#        into exit status 1 and a traceback even when every worker saved; seeing its workers finish, it
+#        ends as a job that succeeded, with 0.
+#      - a later stage of a pipeline typed at a shell (`torchrun ... | tee train.log`) is left to end at
+#        the end of its input: signalled with the trainer, `tee` would die first, and the trainer's next
+#        progress line would raise BrokenPipeError before it saved. The shell gives the pipeline a
+#        process group led by its first stage, so a later stage is a process whose group leader is a
+#        sibling of it. It gets SIGTERM only once that first stage has been gone for PIPE_DRAIN_US (a
+#        reader that ignores the end of its input). (Reading /proc/PID/fd would be exact, but root
+#        without CAP_SYS_PTRACE may not read another user's; a script without job control keeps one
+#        group for all its commands: README.md's "Stopping" says what to do there.)
 #   2. Wait for all of that work to exit, for at most STOP_TIMEOUT seconds (25: inside compose's 30 s).
-#   3. SIGTERM to everything left, services included, and exit 0.
+#   3. SIGTERM to everything left, services included.
+#
+# Thousands of processes (DataLoader workers, shells, tmux panes) and a full PID table (a fork bomb
+# within pids_limit) must not delay step 1: the whole stop path runs on bash builtins alone and forks
+# nothing. It reads /proc once per pass with `read` and `mapfile`, and waits with `read -t` on a FIFO
+# that start-up made (prepare_stop_path) instead of forking `sleep`.
 
 readonly DEFAULT_STOP_TIMEOUT_S=25
-# Process names (/proc/PID/comm) that hold sessions open; they are stopped last, in step 3. A notebook
-# kernel is one too (a python process running ipykernel), found by its command line.
-readonly SESSION_HOLDERS='^(tini|sshd|bash|sh|dash|zsh|fish|tmux: server|tmux: client|screen|SCREEN|jupyter-lab|setpriv|sleep)$'
+# Process names (the comm field of /proc/PID/stat) that hold sessions open; they are stopped last, in
+# step 3. A notebook kernel is one too (a python process running ipykernel), found by its command line.
+# A lookup table, not a regular expression: bash compiles a regex at every match, 5,000 times a scan.
+declare -rA SESSION_HOLDERS=([tini]=1 [sshd]=1 [bash]=1 [sh]=1 [dash]=1 [zsh]=1 [fish]=1 ["tmux: server"]=1
+  ["tmux: client"]=1 [screen]=1 [SCREEN]=1 [jupyter-lab]=1 [setpriv]=1 [sleep]=1)
 readonly KERNEL_COMMAND='ipykernel_launcher|-m ipykernel'
+readonly TORCHRUN_COMMAND='(/torchrun|torch\.distributed\.run|torch/distributed/run\.py) '
+# Only processes with these names can be a kernel or torchrun's agent (torch names it pt_elastic), so
+# only their command lines are read during the scan.
+readonly NAMES_WORTH_A_COMMAND_LINE='python*|pt_elastic|torchrun'
+readonly STOP_POLL_S=0.2
+readonly PIPE_DRAIN_US=1000000
+# At most this many processes are named in a log line; the rest are counted.
+readonly DESCRIBED_AT_MOST=8
+STOP_WAIT_FIFO=/run/container/stop-wait
 
-# The state letter of a process (R, S, Z...), or nothing once it is gone. The name in /proc/PID/stat is
-# in parentheses and may hold spaces ("tmux: server"), so the state is read after the last ") ".
-process_state() {
-  local stat
-  read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
-  stat=${stat##*) }
-  echo "${stat%% *}"
+# What one pass over /proc found, keyed by PID.
+declare -A PARENT=() GROUP=() COMMAND=() HOLDER=()
+LIVE=()    # every live process but PID 1 and the entrypoint
+WORK=()    # LIVE without the session holders
+TOPS=()    # what step 1 signals now
+READERS=() # later pipeline stages, signalled once the first stage is gone
+
+# Made at start-up, while forking is still certain to work.
+prepare_stop_path() {
+  [[ -p $STOP_WAIT_FIFO ]] || mkfifo -m 0600 "$STOP_WAIT_FIFO" 2>/dev/null ||
+    log_warn "could not make $STOP_WAIT_FIFO: the stop path will fork sleep between its checks"
 }
 
-is_alive() {
-  local state
-  state=$(process_state "$1")
-  # A zombie has exited already; tini reaps it.
-  [[ -n $state && $state != Z ]]
+# Sleeps STOP_POLL_S without forking: nothing ever writes to the FIFO, so `read -t` times out.
+pause_between_checks() {
+  if [[ -p $STOP_WAIT_FIFO ]] && { exec {STOP_WAIT_FD}<>"$STOP_WAIT_FIFO"; } 2>/dev/null; then
+    read -r -t "$STOP_POLL_S" -u "$STOP_WAIT_FD" _ || true
+    exec {STOP_WAIT_FD}<&-
+  else
+    sleep "$STOP_POLL_S"
+  fi
 }
 
-# PIDs of every live process of the container but PID 1, this shell and its subshells.
-other_processes() {
-  local entry pid
+# Fills PARENT, GROUP, COMMAND, HOLDER, LIVE and WORK from /proc. /proc/PID/stat reads
+# "PID (NAME) STATE PARENT GROUP ...", where NAME (15 bytes at most) may hold spaces and ") ": the fields
+# start after the last ") " within the first PID+20 bytes. Patterns run on short slices of the line
+# only: on the whole line bash's longest-match removal costs more than the read. A zombie has exited
+# already (tini reaps it) and is left out.
+scan_processes() {
+  local entry pid stat head after name fields
+  PARENT=() GROUP=() COMMAND=() HOLDER=() LIVE=() WORK=()
   for entry in /proc/[0-9]*; do
     pid=${entry#/proc/}
-    ((pid == 1 || pid == $$ || pid == BASHPID)) && continue
-    is_alive "$pid" && echo "$pid"
+    ((pid == 1 || pid == $$)) && continue
+    { read -r stat <"$entry/stat"; } 2>/dev/null || continue
+    head=${stat:0:${#pid}+20}
+    after=${head##*) }
+    fields=${stat:${#head}-${#after}:24}
+    [[ ${fields:0:1} == Z ]] && continue
+    fields=${fields:2}
+    PARENT[$pid]=${fields%% *}
+    fields=${fields#* }
+    GROUP[$pid]=${fields%% *}
+    LIVE+=("$pid")
+    name=${stat:${#pid}+2:${#head}-${#after}-${#pid}-4}
+    if [[ -n ${SESSION_HOLDERS[$name]-} ]]; then
+      HOLDER[$pid]=1
+    elif [[ $name == @($NAMES_WORTH_A_COMMAND_LINE) ]] && read_command "$pid" &&
+         [[ ${COMMAND[$pid]} =~ $KERNEL_COMMAND ]]; then
+      HOLDER[$pid]=1
+    else
+      WORK+=("$pid")
+    fi
   done
 }
 
-parent_of() {
-  local stat
-  read -r stat 2>/dev/null <"/proc/$1/stat" || return 0
-  stat=${stat##*) }
-  stat=${stat#* }
-  echo "${stat%% *}"
+# Sets COMMAND[PID] to its command line, words joined by spaces; false when it is gone.
+read_command() {
+  local arguments=()
+  { mapfile -d '' arguments <"/proc/$1/cmdline"; } 2>/dev/null || return 1
+  COMMAND[$1]="${arguments[*]}"
 }
 
-# Whether PID holds sessions open (or is PID 1, or outside the container: the parent of `docker exec`).
-is_session_holder() {
-  local pid=$1 name
-  ((pid <= 1 || pid == $$)) && return 0
-  read -r name 2>/dev/null <"/proc/$pid/comm" || return 0
-  [[ $name =~ $SESSION_HOLDERS ]] && return 0
-  [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) =~ $KERNEL_COMMAND ]]
-}
-
-# Every process of the user's work: all but the session holders and the entrypoint's own.
-user_work_processes() {
-  local pid
-  for pid in $(other_processes); do
-    is_session_holder "$pid" || echo "$pid"
-  done
-}
-
-is_torchrun_agent() {
-  [[ $(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) =~ (/torchrun|torch\.distributed\.run|torch/distributed/run\.py)\  ]]
-}
-
-# What to signal for the work in $@: the processes whose parent is a session holder, but for torchrun
-# its workers (the processes in $@ whose parent it is).
-tops_of() {
-  local pid child workers
-  for pid in "$@"; do
-    is_session_holder "$(parent_of "$pid")" || continue
+# Sets TOPS and READERS for the WORK that scan_processes found: the processes whose parent is a session
+# holder, but for torchrun its workers, and without the later stages of pipelines.
+# (Inlined checks: a function call per process costs more than the whole test.)
+find_tops() {
+  local pid parent leader child workers
+  TOPS=() READERS=()
+  for pid in "${WORK[@]}"; do
+    # The parent holds sessions open, or is PID 1, the entrypoint, or outside the container (the parent
+    # of `docker exec`), or gone.
+    parent=${PARENT[$pid]}
+    ((parent <= 1 || parent == $$)) || [[ -n ${HOLDER[$parent]-} || -z ${PARENT[$parent]-} ]] || continue
+    # A later pipeline stage: its process group is led by a sibling that is not a session holder.
+    leader=${GROUP[$pid]}
+    if ((leader != pid)) && [[ -z ${HOLDER[$leader]-} && ${PARENT[$leader]-} == "$parent" ]]; then
+      READERS+=("$pid")
+      continue
+    fi
     workers=()
-    if is_torchrun_agent "$pid"; then
-      for child in "$@"; do
-        [[ $(parent_of "$child") == "$pid" ]] && workers+=("$child")
+    if [[ ${COMMAND[$pid]-} =~ $TORCHRUN_COMMAND ]]; then
+      for child in "${WORK[@]}"; do
+        ((PARENT[$child] == pid)) && workers+=("$child")
       done
     fi
     # A torchrun still in its rendezvous has no workers yet: it gets the signal itself.
-    if ((${#workers[@]})); then printf '%s\n' "${workers[@]}"; else echo "$pid"; fi
+    if ((${#workers[@]})); then TOPS+=("${workers[@]}"); else TOPS+=("$pid"); fi
   done
 }
 
+is_alive() {
+  local stat
+  { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+  stat=${stat##*) }
+  [[ ${stat:0:1} != Z ]]
+}
+
+# Sets DESCRIPTION to the first DESCRIBED_AT_MOST of the PIDs with their command lines.
 describe_processes() {
-  local pid
+  local pid shown=0
+  DESCRIPTION=""
   for pid in "$@"; do
-    [[ -r /proc/$pid/cmdline ]] && printf '%s(%s) ' "$pid" "$(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-60)"
+    if ((shown == DESCRIBED_AT_MOST)); then
+      DESCRIPTION+="and $(($# - shown)) more"
+      return
+    fi
+    [[ -n ${COMMAND[$pid]-} ]] || read_command "$pid" || true
+    DESCRIPTION+="$pid(${COMMAND[$pid]:0:60}) "
+    shown=$((shown + 1))
   done
 }
 
-# Waits until none of the PIDs is alive, or TIMEOUT seconds; prints the ones still alive.
-wait_for_exit_of() {
-  local timeout=$1 deadline pid alive
-  shift
+# SIGTERM to each later pipeline stage whose first stage has been gone for PIPE_DRAIN_US. DRAINING[PID]
+# holds when it was first seen gone; SIGNALLED[PID] that PID got its signal.
+signal_drained_readers() {
+  local reader now=${EPOCHREALTIME/./}
+  for reader in "${READERS[@]}"; do
+    [[ -z ${SIGNALLED[$reader]-} ]] || continue
+    is_alive "${GROUP[$reader]}" && continue
+    : "${DRAINING[$reader]:=$now}"
+    if ((now - DRAINING[$reader] >= PIPE_DRAIN_US)); then
+      kill -TERM -- "$reader" 2>/dev/null || true
+      SIGNALLED[$reader]=1
+    fi
+  done
+}
+
+# Waits until none of WORK is alive, or TIMEOUT seconds; sets LEFT to those still alive. Each pass
+# looks only at what the last one found alive (is_alive inlined, as in find_tops).
+wait_for_work() {
+  local timeout=$1 deadline pid stat alive
+  local -A DRAINING=() SIGNALLED=()
   deadline=$((SECONDS + timeout))
+  LEFT=("${WORK[@]}")
   while :; do
     alive=()
-    for pid in "$@"; do
-      is_alive "$pid" && alive+=("$pid")
+    for pid in "${LEFT[@]}"; do
+      { read -r stat <"/proc/$pid/stat"; } 2>/dev/null || continue
+      stat=${stat##*) }
+      [[ ${stat:0:1} == Z ]] || alive+=("$pid")
     done
-    if ((${#alive[@]} == 0 || SECONDS >= deadline)); then break; fi
-    sleep 0.2
+    LEFT=("${alive[@]}")
+    if ((${#LEFT[@]} == 0 || SECONDS >= deadline)); then return; fi
+    ((${#READERS[@]} == 0)) || signal_drained_readers
+    pause_between_checks
   done
-  echo "${alive[@]}"
+}
+
+# Steps 1 and 2. Sets WORK_ENDED_IN_TIME to 1 when all of the user's work exited within STOP_TIMEOUT.
+stop_user_work() {
+  local timeout=${STOP_TIMEOUT:-$DEFAULT_STOP_TIMEOUT_S}
+  WORK_ENDED_IN_TIME=1
+  scan_processes
+  ((${#WORK[@]})) || return 0
+  find_tops
+  describe_processes "${TOPS[@]}" "${READERS[@]}"
+  log_info "stopping: SIGTERM to your work first, waiting up to ${timeout} s for it: $DESCRIPTION"
+  ((${#TOPS[@]} == 0)) || kill -TERM -- "${TOPS[@]}" 2>/dev/null || true
+  wait_for_work "$timeout"
+  if ((${#LEFT[@]})); then
+    WORK_ENDED_IN_TIME=0
+    describe_processes "${LEFT[@]}"
+    log_warn "still running after ${timeout} s, stopped with the services now: $DESCRIPTION"
+  else
+    log_info "your processes have exited"
+  fi
+}
+
+# Step 3: everything else, sshd and its sessions, tmux, shells, JupyterLab and its terminals.
+stop_everything_left() {
+  scan_processes
+  ((${#LIVE[@]} == 0)) || kill -TERM -- "${LIVE[@]}" 2>/dev/null || true
+}
+
+# The log's last word on the stop: "stopped cleanly" only when the work ended within STOP_TIMEOUT.
+report_stop() {
+  if ((WORK_ENDED_IN_TIME)); then
+    log_info "stopped cleanly"
+  else
+    log_warn "stopped, but not cleanly: your work did not end within STOP_TIMEOUT and got SIGTERM late"
+  fi
 }
 
 stop_user_work_then_services() {
-  local timeout=${STOP_TIMEOUT:-$DEFAULT_STOP_TIMEOUT_S} work tops left
-  [[ $timeout =~ ^[0-9]+$ ]] || timeout=$DEFAULT_STOP_TIMEOUT_S
-  mapfile -t work < <(user_work_processes)
-  if ((${#work[@]})); then
-    mapfile -t tops < <(tops_of "${work[@]}")
-    log_info "stopping: SIGTERM to your work first, waiting up to ${timeout} s for it: $(describe_processes "${tops[@]}")"
-    kill -TERM -- "${tops[@]}" 2>/dev/null || true
-    left=$(wait_for_exit_of "$timeout" "${work[@]}")
-    if [[ -n $left ]]; then
-      # shellcheck disable=SC2086  # one PID a word
-      log_warn "still running after ${timeout} s, stopped with the services now: $(describe_processes $left)"
-    else
-      log_info "your processes have exited"
-    fi
-  fi
-  # Everything else: sshd and its sessions, tmux, shells, JupyterLab and its terminals.
-  mapfile -t left < <(other_processes)
-  ((${#left[@]} == 0)) || kill -TERM -- "${left[@]}" 2>/dev/null || true
+  stop_user_work
+  stop_everything_left
   wait || true
-  log_info "stopped cleanly"
+  report_stop
 }

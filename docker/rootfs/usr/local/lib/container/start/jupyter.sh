@@ -24,18 +24,20 @@ read_kept_jupyter_token() {
 keep_jupyter_token() {
   # shellcheck disable=SC2016  # $1 is expanded by the user's sh
   printf '%s\n' "$1" | "${AS_USER[@]}" sh -c 'umask 077 && mkdir -p "$(dirname "$1")" && cat >"$1"' \
-    keep-token "$HOME/$JUPYTER_TOKEN_FILE_NAME" ||
-    log_warn "could not keep the Jupyter token in $HOME/$JUPYTER_TOKEN_FILE_NAME; the next start makes a new one"
+    keep-token "$HOME/$JUPYTER_TOKEN_FILE_NAME" && return
+  log_warn "could not keep the Jupyter token in $HOME/$JUPYTER_TOKEN_FILE_NAME; the next start makes a new one"
+  return 1
 }
 
 use_kept_or_new_jupyter_token() {
+  local where="token also in $HOME/$JUPYTER_TOKEN_FILE_NAME"
   JUPYTER_TOKEN=$(read_kept_jupyter_token)
   if [[ -z $JUPYTER_TOKEN ]]; then
     JUPYTER_TOKEN=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
-    keep_jupyter_token "$JUPYTER_TOKEN"
+    keep_jupyter_token "$JUPYTER_TOKEN" || where="token only in this log, until the container stops"
   fi
   log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}${JUPYTER_BASE_URL}?token=$JUPYTER_TOKEN" \
-           "(token also in $HOME/$JUPYTER_TOKEN_FILE_NAME; set JUPYTER_TOKEN to choose your own)"
+           "($where; set JUPYTER_TOKEN to choose your own)"
 }
 
 check_jupyter_password_hash() {

@@ -1,20 +1,37 @@
 # Core start-up step (sourced by entrypoint.sh; defines functions only): put the sample notebook in the
-# workspace, where JupyterLab opens it by default (jupyter_server_config.py). Never overwrites: a user's
-# edited copy stays theirs.
+# workspace, where JupyterLab opens it by default (jupyter_server_config.py). Never overwrites a user's
+# edited copy. It copies to a hidden name and renames, so a full disk leaves no cut-short notebook, and
+# an empty copy (what a full disk left before) counts as missing.
 
 readonly SAMPLE_NOTEBOOKS_DIR=/opt/notebooks
 readonly WORKSPACE_EXAMPLES_DIR=/workspace/examples
 
 copy_sample_notebooks() {
-  local notebook target
+  local notebook name target partial error
   for notebook in "$SAMPLE_NOTEBOOKS_DIR"/*.ipynb; do
-    target=$WORKSPACE_EXAMPLES_DIR/$(basename "$notebook")
-    [[ -e $target ]] && continue
-    # As the user, so the copy carries PUID:PGID in a bind-mounted workspace.
-    if "${AS_USER[@]}" mkdir -p "$WORKSPACE_EXAMPLES_DIR" && "${AS_USER[@]}" cp "$notebook" "$target"; then
+    name=$(basename "$notebook")
+    target=$WORKSPACE_EXAMPLES_DIR/$name
+    partial=$WORKSPACE_EXAMPLES_DIR/.$name.partial
+    [[ -L $target || -s $target ]] && continue
+    # As the user, so the copy carries PUID:PGID in a bind-mounted workspace, and mv replaces a link
+    # planted at the partial name instead of following it.
+    if error=$({ "${AS_USER[@]}" mkdir -p "$WORKSPACE_EXAMPLES_DIR" && "${AS_USER[@]}" cp "$notebook" "$partial" &&
+                 "${AS_USER[@]}" mv -f "$partial" "$target"; } 2>&1); then
       log_info "sample notebook: $target"
     else
-      log_warn "could not copy the sample notebook to $target; make /workspace writable for PUID:PGID"
+      "${AS_USER[@]}" rm -f "$partial" 2>/dev/null || true
+      log_warn "could not copy the sample notebook to $target; $(fix_for_write_error "$error" /workspace)"
     fi
   done
+}
+
+# What to do about a failed write under FOLDER, picked from the error's text (coreutils prints strerror):
+# a full disk is not fixed by permissions.
+fix_for_write_error() {
+  local error=$1 folder=$2
+  case $error in
+    *"No space left on device"* | *"Disk quota exceeded"*) echo "$folder is full; free some space there (df -h $folder)" ;;
+    *"Read-only file system"*) echo "$folder is mounted read-only; mount it read-write" ;;
+    *) echo "make $folder writable for PUID:PGID" ;;
+  esac
 }

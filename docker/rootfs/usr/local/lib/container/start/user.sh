@@ -6,6 +6,7 @@
 
 readonly MAX_ID=2147483647       # the largest id every tool (usermod, tar, NFS) handles
 readonly FIRST_REGULAR_ID=1000  # ids below are the system's own accounts and groups
+readonly OVERFLOW_ID=65534       # nobody/nogroup: a system account above them, shared by unmapped NFS files
 
 # PUID/PGID: a plain decimal number from 1 to MAX_ID (no sign, no leading zero: bash would read 08 as
 # octal, and usermod rejects what does not fit).
@@ -19,12 +20,12 @@ validate_numeric_id() {
   fi
 }
 
-# An id below FIRST_REGULAR_ID that names an account or group of the image hands the container user its
-# rights (group shadow reads /etc/shadow, group sudo may administer): allowed, since the host may really
-# use it, but said.
+# An id below FIRST_REGULAR_ID, or nobody's, that names an account or group of the image hands the
+# container user its rights (group shadow reads /etc/shadow, group sudo may administer, nobody owns what
+# NFS cannot map): allowed, since the host may really use it, but said.
 warn_if_system_id() {
   local name=$1 database=$2 value=${!1:-} owner
-  [[ -n $value ]] && ((value < FIRST_REGULAR_ID)) || return 0
+  [[ -n $value ]] && ((value < FIRST_REGULAR_ID || value == OVERFLOW_ID)) || return 0
   owner=$(getent "$database" "$value" | cut -d: -f1)
   [[ -n $owner && $owner != "$CONTAINER_USER" ]] || return 0
   log_warn "$name=$value is the image's own $( [[ $database == passwd ]] && echo user || echo group ) '$owner':" \

@@ -1,0 +1,30 @@
+# Core start-up step (sourced by entrypoint.sh; defines functions only): numeric settings that are read
+# only later, when the container stops or the GPU exporter starts, are checked now, so a typo stops the
+# container at once with one line instead of failing quietly at the worst moment.
+
+# Compose gives the container 30 s (stop_grace_period) before it SIGKILLs everything.
+readonly COMPOSE_GRACE_S=30
+
+check_stop_timeout() {
+  local value=${STOP_TIMEOUT:-}
+  [[ -n $value ]] || return 0
+  [[ $value =~ ^(0|[1-9][0-9]{0,4})$ ]] ||
+    fatal "STOP_TIMEOUT='$value' is not a number of seconds; set it to a whole number such as 25"
+  if ((value >= COMPOSE_GRACE_S)); then
+    log_warn "STOP_TIMEOUT=$value is not below the engine's grace period (compose: 30 s, docker stop: 10 s):" \
+             "your work is SIGKILLed before it saves; raise stop_grace_period (docker stop -t) above it too"
+  fi
+}
+
+check_gpu_exporter_port() {
+  local value=${GPU_EXPORTER_PORT:-}
+  ((ENABLE_GPU_EXPORTER)) || return 0
+  if [[ ! $value =~ ^[1-9][0-9]{0,4}$ ]] || ((value > 65535)); then
+    fatal "GPU_EXPORTER_PORT='$value' is not a TCP port; set it to a number from 1 to 65535 (default 9400)"
+  fi
+}
+
+check_settings() {
+  check_stop_timeout
+  check_gpu_exporter_port
+}

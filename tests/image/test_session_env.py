@@ -1,0 +1,28 @@
+"""SSH sessions get the environment a training session needs, and no secret given to the container:
+the file they read (/etc/container/session-env.sh) holds the image's variables, what start-up hooks
+export, and given variables only when named like training settings.
+
+    make test-image PYTEST_ARGS=tests/image/test_session_env.py
+"""
+from __future__ import annotations
+
+SECRETS = {"GITHUB_PAT": "ghp_pat_value_0123", "DATABASE_URL": "postgres://app:db-password-4567@db/app",
+           "HF_TOKEN": "hf_token_value_89ab"}
+NEEDED = {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "3", "HF_HOME": "/workspace/hf"}
+
+
+def test_sessions_get_training_settings_and_hook_exports_but_no_secret(containers, tmp_path):
+    hooks = tmp_path / "start.d"
+    hooks.mkdir()
+    (hooks / "10-export.sh").write_text("export PROJECT_DATA=/workspace/data\n")
+    options = ["--env", "ENABLE_JUPYTER=0", "--volume", f"{hooks}:/etc/container/start.d:ro"]
+    for name, value in {**SECRETS, **NEEDED}.items():
+        options += ["--env", f"{name}={value}"]
+    container = containers(options=options)
+    contents = container.run("cat /etc/container/session-env.sh", user=None).stdout
+    for name, value in SECRETS.items():
+        assert value not in contents, f"{name} was written into the sessions' file"
+    for name, value in {**NEEDED, "PROJECT_DATA": "/workspace/data"}.items():
+        assert f"export {name}='{value}'" in contents, contents
+    # The image's own variables, whatever their names.
+    assert "export JUPYTER_CONTAINER_PORT='8888'" in contents and "export PATH='" in contents, contents

@@ -1,0 +1,35 @@
+"""Settings read only when the container stops or the GPU exporter starts are checked at start-up:
+a bad value stops the container with one line, as the README promises; a risky one is warned about.
+
+    make test-image PYTEST_ARGS=tests/image/test_start_settings.py
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.support.containers import run_container_to_completion
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--env", "STOP_TIMEOUT=abc"], "STOP_TIMEOUT='abc' is not a number of seconds"),
+    (["--env", "STOP_TIMEOUT=-1"], "STOP_TIMEOUT='-1' is not a number of seconds"),
+    (["--env", "ENABLE_GPU_EXPORTER=1", "--env", "GPU_EXPORTER_PORT=abc"], "GPU_EXPORTER_PORT='abc' is not a TCP port"),
+    (["--env", "ENABLE_GPU_EXPORTER=1", "--env", "GPU_EXPORTER_PORT=70000"], "GPU_EXPORTER_PORT='70000' is not a TCP port"),
+], ids=["timeout-word", "timeout-negative", "port-word", "port-too-high"])
+def test_a_bad_number_stops_the_start_with_one_line(image, options, message):
+    result = run_container_to_completion(image, command=["true"], options=options)
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert result.returncode == 2 and len(errors) == 1 and message in errors[0], result.stderr
+
+
+def test_a_stop_timeout_past_compose_grace_period_is_warned_about(image):
+    result = run_container_to_completion(image, command=["true"], options=["--env", "STOP_TIMEOUT=30"])
+    assert result.returncode == 0, result.stderr
+    assert "STOP_TIMEOUT=30 is not below the engine's grace period" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("variable, owner", [("PUID", "user 'nobody'"), ("PGID", "group 'nogroup'")])
+def test_nobodys_id_is_accepted_with_the_warning_other_system_ids_get(image, variable, owner):
+    result = run_container_to_completion(image, command=["id"], options=["--shm-size=1g", "--env", f"{variable}=65534"])
+    warnings = [line for line in result.stderr.splitlines() if f"{variable}=65534 is the image's own" in line]
+    assert result.returncode == 0 and len(warnings) == 1 and owner in warnings[0], result.stderr

@@ -1,0 +1,74 @@
+"""Every way a run ends keeps its checkpoint: a torchrun job as the container's command (Kubernetes,
+Slurm), a trainer piped to `tee` in tmux, and JupyterLab shut down under a trainer in tmux.
+
+    make test-image PYTEST_ARGS=tests/image/test_stop_endings.py
+"""
+from __future__ import annotations
+
+import shlex
+
+import requests
+
+from tests.support.containers import docker
+from tests.support.ssh_client import generate_key, public_line, run, ssh_session
+from tests.support.stopping import (GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_arguments, trainer_command,
+                                    wait_until_trained)
+from tests.support.waiting import wait_until
+
+TOKEN = "stop-endings-token-5e4d3c2b1a"
+
+
+def test_docker_stop_of_a_torchrun_command_saves_and_exits_0(containers, tmp_path):
+    """A preempted job must end as one that succeeded: exit 0, a checkpoint, no traceback from torchrun."""
+    container = containers(command=trainer_arguments("job", 2), options=["--env", "OMP_NUM_THREADS=1"])
+    wait_until_trained(container, "job")
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    logs = container.logs()
+    assert container.state()["ExitCode"] == 0, logs[-3000:]
+    assert "stopped by SIGTERM at step" in logs and saved_checkpoints(container, "job", tmp_path), logs[-3000:]
+    assert "Traceback" not in logs and "SignalException" not in logs, logs[-3000:]
+    assert "stopped cleanly" in logs
+
+
+def test_docker_stop_saves_a_trainer_piped_to_tee_in_tmux_and_the_pipeline_exits_0(containers, tmp_path):
+    """`tee` must outlive the trainer: signalled with it, it dies, and the trainer's next progress line
+    (--log-every 1) raises BrokenPipeError before the checkpoint. The pipeline is typed at the prompt of
+    a tmux pane, as a user does."""
+    key = generate_key()
+    container = containers(options=["--publish", "127.0.0.1::2222", "--env", "ENABLE_JUPYTER=0",
+                                    "--env", f"SSH_AUTHORIZED_KEYS={public_line(key)}"])
+    container.wait_until_healthy()
+    pipeline = (f"OMP_NUM_THREADS=1 {' '.join(trainer_arguments('tee', 2))} 2>&1 | tee /tmp/tee.log; "
+                'echo "${PIPESTATUS[*]}" > /tmp/tee.status')
+    with ssh_session(container.published_port(2222), key=key) as client:
+        status, _, err = run(client, f"tmux new-session -d -s train && tmux send-keys -t train {shlex.quote(pipeline)} Enter")
+        assert status == 0, err
+    wait_until_trained(container, "tee")
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    log = read_file(container, "/tmp/tee.log", tmp_path)
+    assert "BrokenPipeError" not in log and "stopped by SIGTERM at step" in log, log[-3000:]
+    assert saved_checkpoints(container, "tee", tmp_path), log[-3000:]
+    # torchrun's status, then tee's: both ended on their own.
+    assert read_file(container, "/tmp/tee.status", tmp_path).split() == ["0", "0"], log[-3000:]
+    assert container.state()["ExitCode"] == 0 and "stopped cleanly" in container.logs(), container.logs()[-3000:]
+
+
+def test_jupyterlab_shut_down_under_a_trainer_in_tmux_stops_the_container_in_order(containers, tmp_path):
+    """File > Shut Down (the same API call) ends JupyterLab; the trainer in tmux saves before the
+    container exits for its restart policy."""
+    container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    container.wait_until_healthy()
+    docker("exec", "--user", "dev", container.name, "tmux", "new-session", "-d", "-s", "train",
+           trainer_command("lab", 1))
+    wait_until_trained(container, "lab")
+    reply = requests.post(f"http://127.0.0.1:{container.published_port(8888)}/api/shutdown",
+                          headers={"Authorization": f"token {TOKEN}"}, timeout=30)
+    assert reply.ok, reply.text
+    wait_until(lambda: not container.state()["Running"], GRACE_PERIOD_S + 30, interval=1,
+               failure=lambda: container.logs()[-3000:])
+    log = read_file(container, "/tmp/lab.log", tmp_path)
+    assert "stopped by SIGTERM at step" in log and saved_checkpoints(container, "lab", tmp_path), log[-3000:]
+    logs = container.logs()
+    assert "a service exited on its own" in logs and "your processes have exited" in logs, logs[-3000:]
+    # Not 0: the restart policy (restart: unless-stopped) brings the container back.
+    assert container.state()["ExitCode"] != 0

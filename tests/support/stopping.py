@@ -1,0 +1,50 @@
+"""What the `docker stop` tests share: a trainer that only a stop ends, and what it left behind.
+
+The trainer logs every step and saves only when stopped (--save-every 0), so a checkpoint proves that
+SIGTERM reached it and that it had the time to save.
+"""
+from __future__ import annotations
+
+import pathlib
+
+from tests.support.containers import Container, docker
+from tests.support.training import TINY_RUN
+from tests.support.waiting import wait_until
+
+GRACE_PERIOD_S = 30  # compose's stop_grace_period
+# Long enough that only a stop ends it, saving only on request (--save-every 0).
+ENDLESS_RUN = f"{TINY_RUN} --max-steps 100000 --save-every 0 --num-workers 1"
+TRAINER_STARTS_S = 240  # torch's import and the rendezvous, on 2 shared cores
+
+
+def trainer_arguments(name: str, nproc: int) -> list[str]:
+    """torchrun's command line for a trainer that writes /tmp/NAME.jsonl and saves to /tmp/NAME-ckpt."""
+    return ["torchrun", "--standalone", f"--nproc-per-node={nproc}", "/opt/scripts/train_ddp.py",
+            *ENDLESS_RUN.split(), "--ckpt-dir", f"/tmp/{name}-ckpt", "--metrics-file", f"/tmp/{name}.jsonl"]
+
+
+def trainer_command(name: str, nproc: int) -> str:
+    """The same as a shell command whose output goes to /tmp/NAME.log."""
+    return f"OMP_NUM_THREADS=1 {' '.join(trainer_arguments(name, nproc))} > /tmp/{name}.log 2>&1"
+
+
+def wait_until_trained(container: Container, name: str) -> None:
+    """Waits until the trainer NAME logged step 2; on failure shows its log and the container's."""
+    def story() -> str:
+        return (f"{name} never trained:\n" + container.run(f"cat /tmp/{name}.log").stdout
+                + container.logs()[-2000:])
+    wait_until(lambda: container.run(f"grep -q '\"step\": 2,' /tmp/{name}.jsonl").rc == 0, TRAINER_STARTS_S,
+               failure=story)
+
+
+def saved_checkpoints(container: Container, name: str, into: pathlib.Path) -> list[str]:
+    """The checkpoints in /tmp/NAME-ckpt of CONTAINER, running or stopped (docker cp reads both)."""
+    copied = docker("cp", f"{container.name}:/tmp/{name}-ckpt", str(into / name), check=False)
+    return sorted(path.name for path in (into / name).glob("*.pt")) if copied.returncode == 0 else []
+
+
+def read_file(container: Container, path: str, into: pathlib.Path) -> str:
+    """A file of CONTAINER, running or stopped; empty when it does not exist."""
+    target = into / pathlib.PurePath(path).name
+    copied = docker("cp", f"{container.name}:{path}", str(target), check=False)
+    return target.read_text() if copied.returncode == 0 else ""
