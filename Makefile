@@ -201,7 +201,7 @@ clean: ## Remove the image, the test venv and build leftovers
 , := ,
 
 # ---- Releases (tags, push, SBOM) ----
-# Release tooling; the scheme is in README, "Releases and tags". tags, push and sbom read the labels of
+# Release tooling; the scheme is in docs/releases.md. tags, push and sbom read the labels of
 # the built $(IMAGE):$(TAG), so they take the same variables as `make build` and need that image.
 REGISTRY ?=
 RELEASE_DIR := .build
