@@ -180,8 +180,16 @@ def named_paths(text: str) -> set[str]:
     """Repository paths a doc names: tokens that start with a top-level folder (`scripts/doctor.py`,
     deploy/slurm/), less those that are patterns or placeholders."""
     folders = "|".join(re.escape(name) for name in top_level_folders())
-    found = re.findall(rf"(?<![\w/.$-])((?:{folders})/[\w./-]*+)(?![<*{{])", text)
+    found = re.findall(rf"(?<![\w/.$-])((?:{folders})/[\w./-]*+(?:::\w+)?)(?![<*{{])", text)
     return {path.rstrip(".") for path in found if "..." not in path}
+
+
+def is_in_tree(named: str) -> bool:
+    """Whether a named path exists, and for tests/x.py::test_y also the test function it names."""
+    path, _, function = named.partition("::")
+    if not (REPO_ROOT / path).exists():
+        return False
+    return not function or re.search(rf"^def {function}\(", read(REPO_ROOT / path), re.M) is not None
 
 
 def links(text: str) -> set[str]:
@@ -194,7 +202,7 @@ def links(text: str) -> set[str]:
 def test_every_link_and_path_a_doc_names_exists(doc: Path) -> None:
     text = read(doc)
     broken = sorted(f"link ({target})" for target in links(text) if not (doc.parent / target).exists())
-    broken += sorted(f"path {path}" for path in named_paths(text) if not (REPO_ROOT / path).exists())
+    broken += sorted(f"path {path}" for path in named_paths(text) if not is_in_tree(path))
     assert not broken, (f"{doc.relative_to(REPO_ROOT)} names what the tree lacks: {', '.join(broken)}; "
                         "fix the name in the doc, or add the file")
 
@@ -209,12 +217,18 @@ def repository_text_files() -> list[Path]:
     return [path for path in sorted(files) if path.stat().st_size < 200_000]
 
 
-def test_every_readme_section_a_file_points_at_exists() -> None:
-    headings = set(re.findall(r"^#+ (.+)$", read(REPO_ROOT / "README.md"), re.M))
+def headings(doc: str) -> set[str]:
+    path = REPO_ROOT / ("README.md" if doc == "README" else doc)
+    return {name.lower() for name in re.findall(r"^#+ (.+)$", read(path), re.M)} if path.is_file() else set()
+
+
+def test_every_section_a_file_points_at_exists() -> None:
+    """A pointer like `README, "Variables"` (or a docs/ file and a heading) names a real heading, in any case."""
     wrong = []
     for path in repository_text_files():
         text = path.read_text(encoding="utf-8", errors="replace")
-        wrong += [f'{path.relative_to(REPO_ROOT)}: "{name}"'
-                  for name in re.findall(r'README(?:\.md)?(?:,|\'s) "([^"]+)"', text) if name not in headings]
-    assert not wrong, (f"these point at README sections that do not exist: {'; '.join(wrong)}; point them at the "
-                       "heading or the docs/ file that holds the text now")
+        wrong += [f'{path.relative_to(REPO_ROOT)}: {doc}, "{name}"'
+                  for doc, name in re.findall(r'(README|docs/[\w-]+\.md)(?:\.md)?(?:,|\'s) "([^"]+)"', text)
+                  if name.lower() not in headings(doc)]
+    assert not wrong, (f"these point at sections that do not exist: {'; '.join(wrong)}; point them at the "
+                       "heading, or the docs/ file that holds the text now")

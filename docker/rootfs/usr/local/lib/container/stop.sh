@@ -11,7 +11,8 @@
 #      a trainer stops its own DataLoader workers, which die of a SIGTERM of their own and take the
 #      step down with them. One exception: torchrun's workers get the signal instead of torchrun,
 #      whose agent turns a SIGTERM of its own into exit status 1 and a traceback even when every
-#      worker saved; seeing its workers finish, it ends as a job that succeeded, with 0.
+#      worker saved; seeing its workers finish, it ends as a job that succeeded, with 0. (A workaround
+#      of torch's agent: docs/torch-workarounds.md, "torchrun exits 1 on SIGTERM", says when it can go.)
 #   2. Wait for all of that work to exit, for at most STOP_TIMEOUT seconds (25: inside compose's 30 s).
 #   3. SIGTERM to everything left, services included, and exit 0.
 
