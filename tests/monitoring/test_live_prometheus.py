@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from tests.support.containers import Container, docker, start_container
-from tests.monitoring.dashboard import as_prometheus_runs_it, label_values_query, load_dashboard, panels_by_row
-from tests.monitoring.prometheus_server import (CONFIG_DIR, PrometheusServer, fast_config_copy, promtool,
+from tests.support.dashboard import as_prometheus_runs_it, label_values_query, load_dashboard, panels_by_row
+from tests.support.prometheus_server import (CONFIG_DIR, PrometheusServer, fast_config_copy, promtool,
                                                 start_prometheus)
 
 TRAINER_PORT = 9401
