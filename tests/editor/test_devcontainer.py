@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from tests.support import REPO_ROOT
+from tests.support.compose import CPU_FILES, compose
 from tests.support.containers import engine_memlock_limit, free_port, memlock_is_limited_here
 from tests.support.host_tools import skip_where_missing
 from tests.support.release import environment_without_make
@@ -74,9 +75,8 @@ def devcontainer_env(image, tmp_path):
     if memlock_is_limited_here():
         env["MEMLOCK_LIMIT"] = str(engine_memlock_limit())
     yield env
-    subprocess.run(["docker", "compose", "-f", "compose.yaml", "-f", "compose.cpu.yaml", "-f",
-                    ".devcontainer/compose.devcontainer.yaml", "down", "--volumes", "--timeout", "10"],
-                   cwd=REPO_ROOT, env={**os.environ, **env}, capture_output=True, timeout=120)
+    compose("down", "--volumes", "--timeout", "10", files=[*CPU_FILES, ".devcontainer/compose.devcontainer.yaml"],
+            env=env)
 
 
 def test_devcontainer_up_and_exec_work_as_the_user_with_the_services_running(devcontainer_cli, devcontainer_env):
