@@ -12,7 +12,7 @@ import time
 from tests.support.containers import docker
 from tests.support.notebook_kernel import run_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
-from tests.support.training import TINY_RUN
+from tests.support.training import TINY_RUN, trainer_command
 from tests.support.waiting import wait_until
 
 GRACE_PERIOD_S = 30  # compose's stop_grace_period
@@ -21,14 +21,14 @@ TOKEN = "stop-test-token-0a9b8c7d6e5f"
 ENDLESS_RUN = f"{TINY_RUN} --max-steps 100000 --save-every 0 --num-workers 1"
 
 
-def trainer_command(name: str, nproc: int) -> str:
-    return (f"OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node={nproc} /opt/scripts/train_ddp.py "
-            f"{ENDLESS_RUN} --ckpt-dir /tmp/{name}-ckpt --metrics-file /tmp/{name}.jsonl > /tmp/{name}.log 2>&1")
+def endless_run(name: str, nproc: int) -> str:
+    flags = f"{ENDLESS_RUN} --ckpt-dir /tmp/{name}-ckpt --metrics-file /tmp/{name}.jsonl"
+    return f"{trainer_command(flags, nproc=nproc, timeout_s=None)} > /tmp/{name}.log 2>&1"
 
 
 def start_from_a_notebook_kernel(container, base_url: str) -> None:
     """The kernel runs Popen(torchrun ...), as a notebook cell does."""
-    cell = f"import subprocess; subprocess.Popen({trainer_command('notebook', 1)!r}, shell=True)"
+    cell = f"import subprocess; subprocess.Popen({endless_run('notebook', 1)!r}, shell=True)"
     reply = run_in_a_notebook_kernel(container, base_url, TOKEN, cell)
     assert reply["status"] == "ok", reply
 
@@ -40,9 +40,9 @@ def test_docker_stop_saves_training_started_over_ssh_in_tmux_with_exec_and_from_
                                     "--env", f"JUPYTER_TOKEN={TOKEN}"])
     container.wait_until_healthy()
     with ssh_session(container.published_port(2222), key=key) as client:
-        status, _, err = run(client, f"tmux new-session -d -s train {json.dumps(trainer_command('tmux', 1))}")
+        status, _, err = run(client, f"tmux new-session -d -s train {json.dumps(endless_run('tmux', 1))}")
         assert status == 0, err
-    docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c", trainer_command("exec", 1))
+    docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c", endless_run("exec", 1))
     start_from_a_notebook_kernel(container, f"http://127.0.0.1:{container.published_port(8888)}")
     for name in ("tmux", "exec", "notebook"):
         wait_until(lambda: container.run(f"grep -q '\"step\": 2,' /tmp/{name}.jsonl").rc == 0, 240,

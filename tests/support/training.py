@@ -17,6 +17,7 @@ TINY_MODEL = "--model tiny --image-size 16 --synthetic-samples 512"
 # a 40-step run crosses two epoch boundaries.
 TINY_RUN = f"{TINY_MODEL} --batch-size 8 --grad-accum 2 --warmup-steps 5 --lr 3e-3 --log-every 1 --seed 7"
 RUN_TIMEOUT_S = 120
+IMAGE_SCRIPTS_DIR = "/opt/scripts"
 ENV = "OMP_NUM_THREADS=1"
 
 # Runs train_ddp.main() unchanged, but also saves each rank's own parameters when the trainer saves
@@ -41,12 +42,21 @@ def make_workdir(host: testinfra.host.Host) -> str:
     return host.check_output("mktemp -d")
 
 
-def torchrun(script: str, nproc: int = 2, options: str = "") -> str:
-    """A torchrun command line for SCRIPT on one node, on a free rendezvous port."""
-    return f"{ENV} timeout {RUN_TIMEOUT_S} torchrun --standalone --nproc-per-node={nproc} {options} {script}"
+def trainer_command(flags: str = "", *, nproc: int | None = 2, scripts_dir: str = IMAGE_SCRIPTS_DIR,
+                    script: str | None = None, launcher_options: str = "",
+                    timeout_s: int | None = RUN_TIMEOUT_S) -> str:
+    """The one launch line of the sample trainer in every suite: SCRIPTS_DIR/train_ddp.py (or SCRIPT, a
+    wrapper around it) under torchrun on one node with NPROC ranks on a free rendezvous port, or plain
+    python when NPROC is None; one thread per rank; under coreutils timeout, so nothing hangs. FLAGS
+    follow the script (TINY_MODEL or TINY_RUN for the tiny run). TIMEOUT_S None leaves timeout out, for
+    a run that the container's stop must find as the launcher itself (tests/image/test_stop.py)."""
+    launcher = "python" if nproc is None else f"torchrun --standalone --nproc-per-node={nproc}"
+    timeout = f"timeout {timeout_s}" if timeout_s else ""
+    script = script or f"{scripts_dir}/train_ddp.py"
+    return " ".join(part for part in (ENV, timeout, launcher, launcher_options, script, flags) if part)
 
 
-# What interrupt_when_step_logged sends, where $pid is coreutils timeout (torchrun() wraps torchrun in it),
+# What interrupt_when_step_logged sends, where $pid is coreutils timeout (trainer_command() wraps torchrun in it),
 # torchrun its child and the workers torchrun's children. `kill $pid` would signal timeout, which passes a
 # signal on twice (to torchrun, then to its whole process group), and torchrun's agent raises once per
 # signal it receives, so a second one cuts its shutdown of the workers short.
