@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import testinfra
 
+from tests.support.training import SIGTERM_TO_TORCHRUN, interrupt_when_logged, trainer_command
+
 REGISTER = "docs/torch-workarounds.md"
 ATTEMPT_TIMEOUT_S = 60
 
@@ -65,19 +67,11 @@ def scripts(torch_host: testinfra.host.Host) -> str:
 
 
 def test_torchrun_signalled_itself_still_exits_1_when_its_workers_exit_0(torch_host, scripts):
-    result = torch_host.run(f"""
-cd {scripts}
-OMP_NUM_THREADS=1 timeout {ATTEMPT_TIMEOUT_S} torchrun --standalone --nproc-per-node=1 worker.py > torchrun.log 2>&1 &
-pid=$!
-timeout {ATTEMPT_TIMEOUT_S} bash -c 'until grep -q ready torchrun.log; do sleep 0.1; done' || echo "worker never ready"
-kill -TERM $(pgrep -P $pid)
-wait $pid
-echo "torchrun exit status $?"
-""")
-    assert "worker never ready" not in result.stdout, torch_host.file(f"{scripts}/torchrun.log").content_string
-    assert "torchrun exit status 1" in result.stdout, (
-        f"torchrun now ends as its workers do when SIGTERM reaches it ({result.stdout.strip()}): stop.sh and the "
-        f"tests may signal torchrun itself; the workaround can go ({REGISTER}, 'torchrun exits 1 on SIGTERM')")
+    command = trainer_command(nproc=1, script=f"{scripts}/worker.py", timeout_s=ATTEMPT_TIMEOUT_S)
+    status, _, log = interrupt_when_logged(torch_host, command, scripts, "torchrun", "ready", SIGTERM_TO_TORCHRUN)
+    assert status == 1 and "SignalException" in log, (
+        f"torchrun now ends with {status} when SIGTERM reaches it and its workers exit 0: stop.sh and the tests "
+        f"may signal torchrun itself; the workaround can go ({REGISTER}, 'torchrun exits 1 on SIGTERM')\n{log}")
 
 
 def test_the_c10d_rendezvous_still_dies_with_the_host_agents_process(torch_host, scripts):
@@ -102,13 +96,11 @@ wait $other
 
 def test_restarted_workers_still_fail_with_the_rendezvous_store_shared(torch_host, scripts):
     """The failure is a race (about half the restarts here): up to 6 attempts must show it once."""
+    restart_once = trainer_command(script=f"{scripts}/rank_that_dies_once.py", launcher_options="--max-restarts=1",
+                                   timeout_s=30)
     attempts = []
     for _ in range(6):
-        result = torch_host.run(f"""
-cd {scripts}
-TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0 OMP_NUM_THREADS=1 timeout 30 \
-  torchrun --standalone --nproc-per-node=2 --max-restarts=1 rank_that_dies_once.py 2>&1
-""")
+        result = torch_host.run(f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0 {restart_once} 2>&1")
         attempts.append(result.rc)
         if result.rc != 0:
             return
