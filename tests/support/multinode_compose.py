@@ -1,8 +1,9 @@
 """compose.multinode.yaml driven as a user drives it, one compose project per test run.
 
 The file is used unchanged; a small override written next to the test's temporary files only makes it
-fit a machine without GPUs (no GPU reservation, the engine's memlock limit, a small /dev/shm), as
-compose.cpu.yaml does for compose.yaml. Every call has a timeout.
+fit a machine without GPUs (no GPU reservation, the engine's memlock limit, a /dev/shm of 1 GiB, the
+least start-up accepts without a warning), as compose.cpu.yaml does for compose.yaml. Every call has a
+timeout.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ class MultinodeJob:
     project: str = dataclasses.field(default_factory=lambda: f"pt-mn-{uuid.uuid4().hex[:8]}")
 
     def compose(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-        env = {"SHM_SIZE": "512m", "OMP_NUM_THREADS": "1", "RDZV_ID": self.project, **self.env}
+        env = {"SHM_SIZE": "1g", "OMP_NUM_THREADS": "1", "RDZV_ID": self.project, **self.env}
         return compose("-p", self.project, *args, files=[COMPOSE_FILE, self.override], env=env, timeout=timeout,
                        check=check)
 
