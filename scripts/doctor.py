@@ -51,7 +51,13 @@ MIN_DRIVER_FOR_CUDA_MAJOR = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 
 
 NO_GPU_FIX = ("start the container with `docker run --gpus all` (compose: deploy.resources.reservations.devices "
               "with capabilities: [gpu]) on a host with the NVIDIA driver and the NVIDIA Container Toolkit")
-SHM_FIX = "docker run --shm-size=16g, or --ipc=host (compose: shm_size: 16gb, or ipc: host)"
+# The container's limits: the one place their thresholds and fixes are spelled. Start-up runs
+# `doctor --only ... --brief` for its warnings, and tests/unit/test_limits.py holds the compose files and
+# the test containers to these values (docs/troubleshooting.md says which warns when).
+MIN_SHM_GIB = 1.0  # DataLoader workers and NCCL's shared-memory transport outgrow Docker's 64 MiB at once
+RECOMMENDED_SHM_SIZE = "16g"
+SHM_FIX = (f"docker run --shm-size={RECOMMENDED_SHM_SIZE}, or --ipc=host "
+           f"(compose: shm_size: {RECOMMENDED_SHM_SIZE}, or ipc: host)")
 # The limits NVIDIA's PyTorch container documentation asks for.
 RECOMMENDED_STACK_BYTES = 67108864
 MEMLOCK_FIX = "docker run --ulimit memlock=-1 (compose: ulimits: memlock: -1)"
@@ -552,7 +558,7 @@ CHECKS: dict[str, Callable[[Machine], Result]] = {
 
 def run_checks(options: argparse.Namespace) -> list[Result]:
     machine = Machine(options)
-    return [Result(name, SKIP, "skipped with --skip") if name in options.skip else check(machine)
+    return [Result(name, SKIP, "left out (--skip or --only)") if name in options.skip else check(machine)
             for name, check in CHECKS.items()]
 
 
@@ -576,6 +582,12 @@ def print_human(results: list[Result], status: str) -> None:
           f"{counts[SKIP]} skipped); exit code {EXIT_CODES[status]}")
 
 
+def print_brief(results: list[Result], _status: str) -> None:
+    for result in results:
+        if result.status in (WARN, FAIL):
+            print(f"{result.finding}; fix: {result.fix}" if result.fix else result.finding)
+
+
 def print_json(results: list[Result], status: str) -> None:
     print(json.dumps({"status": status, "exit_code": EXIT_CODES[status],
                       "checks": [dataclasses.asdict(result) for result in results]}, indent=2))
@@ -587,7 +599,7 @@ def port_number(text: str) -> int:
     return int(text)
 
 
-def skip_list(text: str) -> set[str]:
+def check_names(text: str) -> set[str]:
     names = {name.strip() for name in text.split(",") if name.strip()}
     unknown = names - CHECKS.keys()
     if unknown:
@@ -608,11 +620,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--require-gpu", action="store_true", help="fail, not warn, when no GPU is visible")
     parser.add_argument("--port", type=port_number, help="rendezvous port to test (default: MASTER_PORT, else 29500)")
     parser.add_argument("--shm-path", default="/dev/shm", help="shared memory mount to measure (default /dev/shm)")
-    parser.add_argument("--min-shm-gib", type=float, default=1.0, metavar="GIB",
-                        help="warn when shared memory is smaller (default 1; Docker's own default is 64 MiB)")
-    parser.add_argument("--skip", type=skip_list, default=set(), metavar="CHECK[,CHECK]",
+    parser.add_argument("--min-shm-gib", type=float, default=MIN_SHM_GIB, metavar="GIB",
+                        help=f"warn when shared memory is smaller (default {MIN_SHM_GIB:g}; Docker's own default is "
+                             "64 MiB)")
+    chosen = parser.add_mutually_exclusive_group()
+    chosen.add_argument("--skip", type=check_names, default=set(), metavar="CHECK[,CHECK]",
                         help="checks to leave out, e.g. --skip allreduce for a quick run")
-    return parser.parse_args(argv)
+    chosen.add_argument("--only", type=check_names, metavar="CHECK[,CHECK]",
+                        help="run only these checks, e.g. --only shm,memlock,stack")
+    parser.add_argument("--brief", action="store_true",
+                        help="print only what warned or failed, one line each with its fix (start-up relays these)")
+    options = parser.parse_args(argv)
+    if options.only:
+        options.skip = set(CHECKS) - options.only
+    return options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -621,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")
     results = run_checks(options)
     status = overall_status(results)
-    (print_json if options.json else print_human)(results, status)
+    (print_json if options.json else print_brief if options.brief else print_human)(results, status)
     return EXIT_CODES[status]
 
 

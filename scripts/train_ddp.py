@@ -4,8 +4,8 @@
     torchrun --nproc-per-node=2 /opt/scripts/train_ddp.py --max-steps 200     # one node, 2 ranks, the CNN
     torchrun --nproc-per-node=8 /opt/scripts/train_ddp.py --model gpt2-large --parallel fsdp \
         --precision bf16 --compile                                            # a GPT sharded over 8 GPUs
-    torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d \
-        --rdzv-endpoint=HOST:29500 /opt/scripts/train_ddp.py                  # several nodes
+    python /opt/scripts/multinode/torchrun_node.py --nnodes=2 --nproc-per-node=8 \
+        --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 /opt/scripts/train_ddp.py   # several nodes
     python /opt/scripts/train_ddp.py                                          # one process
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 \
         torchrun --max-restarts=3 ... /opt/scripts/train_ddp.py              # survive a crashed worker

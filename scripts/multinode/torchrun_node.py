@@ -8,7 +8,8 @@ Why it exists: with the c10d rendezvous, the torchrun agent on HOST also hosts t
 inside its own process. At the end of a job every agent closes the rendezvous through that store, and
 when HOST's agent exits first the others log "RendezvousConnectionError ... has failed to shutdown the
 rendezvous" for a job that succeeded (torch's DynamicRendezvousHandler.shutdown; nothing in torch
-keeps the store up for them).
+keeps the store up for them). This is a workaround of torch's internals: docs/torch-workarounds.md,
+"the c10d store dies with the host agent", says how to tell when it can go.
 
 What it does instead: on the node named by --rdzv-endpoint, this process hosts the store itself and
 starts torchrun with `is_host=false`, like every other node. Each node's wrapper registers in that store
@@ -37,6 +38,12 @@ DEFAULT_PORT = 29400  # torchrun's default for the c10d rendezvous
 
 def log(message: str) -> None:
     print(f"[torchrun_node] {message}", file=sys.stderr, flush=True)
+
+
+def first_line(error: BaseException) -> str:
+    """An error's type and first line: torch's store errors carry a C++ stack trace after it."""
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def option_value(args: list[str], name: str) -> str | None:
@@ -129,7 +136,8 @@ def beat_until(registry: NodeRegistry, node: int, finished: threading.Event) -> 
     while not finished.wait(BEAT_INTERVAL_S):
         try:
             registry.beat(node)
-        except Exception:  # the host went away: torchrun itself reports what matters
+        except Exception as error:  # the host went away: torchrun itself reports what that means for the job
+            log(f"stopped beating: the rendezvous host does not answer ({first_line(error)})")
             return
 
 
@@ -170,7 +178,7 @@ def main(args: list[str]) -> int:
         try:
             registry = NodeRegistry(open_store(host, port, is_host=True, timeout_s=60), run_id)
         except Exception as error:
-            sys.exit(f"torchrun_node: cannot host the rendezvous on port {port} ({str(error).splitlines()[0]}); "
+            sys.exit(f"torchrun_node: cannot host the rendezvous on port {port} ({first_line(error)}); "
                      "is another job using it? pick another port in --rdzv-endpoint")
     finished = threading.Event()
     beats = threading.Thread(target=join_and_beat, args=(host, port, is_host, registry, run_id, finished),
@@ -207,13 +215,14 @@ def join_and_beat(host: str, port: int, is_host: bool, registry: NodeRegistry | 
         if registry is None:
             registry = NodeRegistry(open_store(host, port, is_host=False, timeout_s=600), run_id)
         node = registry.register()
-    except Exception:  # no store: torchrun fails to join as well and says why
+    except Exception as error:  # no store: torchrun fails to join as well and says why
+        log(f"not registered with the rendezvous host, so it will not wait for this node ({first_line(error)})")
         return
     beat_until(registry, node, finished)
     try:
         registry.mark_done(node)
-    except Exception:
-        pass
+    except Exception as error:  # the host left already: it waits for nobody, so nothing is lost
+        log(f"could not mark this node done: the rendezvous host has gone ({first_line(error)})")
 
 
 if __name__ == "__main__":

@@ -7,16 +7,14 @@ validation, and the commands in them must be, word for word, the command compose
 """
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 
 import kubernetes_validate
 import pytest
 import yaml
 
 from tests.support import REPO_ROOT
+from tests.support.compose import compose_config
 from tests.support.multinode_compose import COMPOSE_FILE
 
 MANIFESTS = REPO_ROOT / "deploy" / "kubernetes"
@@ -39,9 +37,7 @@ def validate_pod_template(template: dict) -> None:
 
 def compose_command(**env: str) -> list[str]:
     """node0's command in compose.multinode.yaml with these variables, as compose resolves and splits it."""
-    result = subprocess.run(["docker", "compose", "-f", str(COMPOSE_FILE), "config", "--format", "json"],
-                            env={**os.environ, **env}, capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(result.stdout)["services"]["node0"]["command"]
+    return compose_config([COMPOSE_FILE], env=env)["services"]["node0"]["command"]
 
 
 def expand(words: list[str], env: dict[str, str]) -> list[str]:

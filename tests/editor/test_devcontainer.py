@@ -17,9 +17,11 @@ import pytest
 import requests
 
 from tests.support import REPO_ROOT
+from tests.support.compose import CPU_FILES, compose
 from tests.support.containers import engine_memlock_limit, free_port, memlock_is_limited_here
 from tests.support.host_tools import skip_where_missing
 from tests.support.release import environment_without_make
+from tests.support.training import TINY_MODEL, trainer_command
 from tests.support.waiting import wait_until
 
 CLI = REPO_ROOT / ".build" / "tools" / "devcontainer" / "node_modules" / ".bin" / "devcontainer"
@@ -28,9 +30,7 @@ GPU_CONFIG = ".devcontainer/gpu/devcontainer.json"
 TOKEN = "devcontainer-test-token-81c2"
 # A uid that is not root's, as on a workstation (the test may run as root).
 HOST_UID = os.getuid() or 1234
-TORCHRUN_SMOKE = ("OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 /opt/scripts/train_ddp.py "
-                  "--max-steps 3 --model tiny --image-size 16 --synthetic-samples 64 --batch-size 8 "
-                  "--num-workers 0 --device cpu")
+TORCHRUN_SMOKE = trainer_command(f"{TINY_MODEL} --max-steps 3 --batch-size 8 --num-workers 0 --device cpu")
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +74,8 @@ def devcontainer_env(image, tmp_path):
     if memlock_is_limited_here():
         env["MEMLOCK_LIMIT"] = str(engine_memlock_limit())
     yield env
-    subprocess.run(["docker", "compose", "-f", "compose.yaml", "-f", "compose.cpu.yaml", "-f",
-                    ".devcontainer/compose.devcontainer.yaml", "down", "--volumes", "--timeout", "10"],
-                   cwd=REPO_ROOT, env={**os.environ, **env}, capture_output=True, timeout=120)
+    compose("down", "--volumes", "--timeout", "10", files=[*CPU_FILES, ".devcontainer/compose.devcontainer.yaml"],
+            env=env)
 
 
 def test_devcontainer_up_and_exec_work_as_the_user_with_the_services_running(devcontainer_cli, devcontainer_env):

@@ -4,35 +4,19 @@
 """
 from __future__ import annotations
 
-import json
 import os
-import re
-import subprocess
 import uuid
 
 import pytest
 import requests
 
-from tests.support import REPO_ROOT
-from tests.support.containers import LIVE_CONTAINERS, Container, docker, free_port
+from tests.support.compose import CPU_FILES, compose, compose_config, service_container
+from tests.support.containers import LIVE_CONTAINERS, free_port
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
-
-CPU_FILES = ["-f", "compose.yaml", "-f", "compose.cpu.yaml"]
-
-
-def compose(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker", "compose", *args], cwd=REPO_ROOT, env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def compose_config(*files: str, env: dict[str, str] | None = None, env_file: str | None = None) -> dict:
-    result = compose(*(["--env-file", env_file] if env_file else []), *files, "config", "--format", "json", env=env or {})
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 def test_the_gpu_service_reserves_every_gpu_and_sets_the_limits_training_needs():
-    service = compose_config("-f", "compose.yaml")["services"]["dev"]
+    service = compose_config(["compose.yaml"])["services"]["dev"]
     device = service["deploy"]["resources"]["reservations"]["devices"][0]
     assert (device["driver"], device["count"], device["capabilities"]) == ("nvidia", -1, ["gpu"])
     assert service["ulimits"]["memlock"] == -1 and service["ulimits"]["stack"] == 64 * 2**20  # NVIDIA's advice
@@ -44,7 +28,7 @@ def test_the_gpu_service_reserves_every_gpu_and_sets_the_limits_training_needs()
 
 
 def test_the_cpu_override_drops_the_gpu_reservation_and_the_unlimited_memlock():
-    service = compose_config(*CPU_FILES)["services"]["dev"]
+    service = compose_config(CPU_FILES)["services"]["dev"]
     assert "deploy" not in service
     assert service["image"].endswith(":cpu-latest")
     # Without RDMA memlock buys nothing, and engines that cannot grant it (rootless, this CI's) refuse to start.
@@ -60,17 +44,15 @@ def test_the_service_bounds_its_processes_on_either_host():
 
 def test_env_example_gives_compose_no_comment_as_a_value():
     # compose reads `KEY=   # text` as the value "# text": a Jupyter "password hash" or a public token.
-    service = compose_config(*CPU_FILES, env_file=".env.example")["services"]["dev"]
+    service = compose_config(CPU_FILES, options=["--env-file", ".env.example"])["services"]["dev"]
     values = {**service["environment"], **service["build"].get("args", {})}
     assert values and not [name for name, value in values.items() if "#" in str(value)], values
 
 
-def test_env_example_documents_every_variable_compose_reads():
-    compose_text = (REPO_ROOT / "compose.yaml").read_text() + (REPO_ROOT / "compose.cpu.yaml").read_text()
-    used = set(re.findall(r"\$\{([A-Z_]+)", compose_text)) - {"COMPOSE_PROJECT_NAME"}
-    documented = set(re.findall(r"^(?:# )?([A-Z_]+)=", (REPO_ROOT / ".env.example").read_text(), flags=re.M))
-    assert used <= documented, f"not in .env.example: {sorted(used - documented)}"
-    assert compose("--env-file", ".env.example", *CPU_FILES, "config", "--quiet", env={}).returncode == 0
+def test_compose_reads_env_example_as_it_is():
+    # That .env.example documents every variable is a map test (tests/unit/test_maps.py).
+    result = compose("--env-file", ".env.example", "config", "--quiet", files=CPU_FILES)
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture
@@ -88,16 +70,13 @@ def compose_project(image: str, tmp_path):
         "PUID": str(os.getuid() or 1000), "PGID": str(os.getgid() or 1000),
     }
     yield env, key
-    compose(*CPU_FILES, "down", "--volumes", "--timeout", "30", env=env)
+    compose("down", "--volumes", "--timeout", "30", files=CPU_FILES, env=env)
 
 
 def test_compose_up_on_a_cpu_host_gives_jupyter_and_ssh(compose_project):
     env, key = compose_project
-    up = compose(*CPU_FILES, "up", "--detach", "--no-build", "--wait", env=env)
-    container_id = compose(*CPU_FILES, "ps", "--quiet", "dev", env=env).stdout.strip()
-    assert container_id, up.stderr
-    container = Container(docker("inspect", "--format", "{{.Name}}", container_id).stdout.strip().lstrip("/"))
-    LIVE_CONTAINERS[container.name] = container
+    compose("up", "--detach", "--no-build", "--wait", files=CPU_FILES, env=env)
+    container = service_container("dev", CPU_FILES, env)
     try:
         # compose can exit 0 while the service failed to start: the container's state is the truth.
         container.wait_until_healthy()

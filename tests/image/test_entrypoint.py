@@ -124,10 +124,12 @@ def test_docker_stop_ends_the_services_in_time_with_exit_0(containers):
     assert "stopped cleanly" in container.logs()
 
 
-def test_a_small_dev_shm_is_warned_about_with_the_fix(image):
-    result = run_container_to_completion(image, command=["true"], options=["--shm-size=64m"])
+@pytest.mark.parametrize("shm_size", ["64m", "512m"])  # Docker's default, and under doctor's 1 GiB
+def test_a_small_dev_shm_is_warned_about_with_doctors_threshold_and_fix(image, shm_size):
+    result = run_container_to_completion(image, command=["true"], options=[f"--shm-size={shm_size}"])
     warnings = [line for line in result.stderr.splitlines() if "/dev/shm" in line]
-    assert len(warnings) == 1 and "--shm-size=16g or --ipc=host" in warnings[0], result.stderr
+    assert len(warnings) == 1 and "under 1 GiB" in warnings[0], result.stderr
+    assert "fix: docker run --shm-size=16g, or --ipc=host" in warnings[0], result.stderr
 
 
 def test_a_limited_memlock_is_warned_about_only_where_rdma_devices_are(image):

@@ -19,7 +19,8 @@ import pytest
 import requests
 
 from tests.support import REPO_ROOT
-from tests.support.containers import LIVE_CONTAINERS, Container, docker, free_port
+from tests.support.compose import CPU_FILES, compose, service_container
+from tests.support.containers import LIVE_CONTAINERS, docker, free_port
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 from tests.support.waiting import wait_until
 
@@ -64,8 +65,7 @@ def checkout(tmp_path, image):
     copy = tmp_path / "pytorch-dev"
     clean_copy_of_the_repository(copy)
     yield copy
-    subprocess.run(["docker", "compose", "-f", "compose.yaml", "-f", "compose.cpu.yaml", "down", "--volumes",
-                    "--timeout", "30"], cwd=copy, capture_output=True, timeout=120, check=False)
+    compose("down", "--volumes", "--timeout", "30", files=CPU_FILES, cwd=copy)
 
 
 def shell(command: str, cwd, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -89,9 +89,7 @@ def test_quick_start_connecting_and_docker_stop_as_the_readme_says(checkout, ima
     up = shell("make up", checkout)
     assert up.returncode == 0, up.stdout + up.stderr
 
-    container_id = shell("docker compose -f compose.yaml -f compose.cpu.yaml ps --quiet dev", checkout).stdout.strip()
-    container = Container(docker("inspect", "--format", "{{.Name}}", container_id).stdout.strip().lstrip("/"))
-    LIVE_CONTAINERS[container.name] = container
+    container = service_container("dev", CPU_FILES, cwd=checkout)
     container.wait_until_healthy()
 
     # Jupyter made a token of its own; nothing in the environment is a comment from .env.example.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import pytest
 
 from tests.support.containers import docker, run_container_to_completion, start_container
 from tests.support.ssh_client import generate_key, host_key_fingerprint, public_line, run, ssh_session
+from tests.support.training import RUN_TIMEOUT_S, TINY_MODEL, trainer_command
 from tests.support.waiting import wait_until
 
 PUBLISH_SSH = ["--publish", "127.0.0.1::2222"]
@@ -71,10 +73,9 @@ def test_an_interactive_login_shell_keeps_the_environment_and_shows_the_motd(ssh
 
 
 def test_torchrun_in_tmux_started_over_ssh_keeps_running_after_logout(ssh_port, user_key):
-    command = ("tmux new-session -d -s train "
-               "'OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 /opt/scripts/train_ddp.py "
-               "--max-steps 3 --batch-size 4 --log-every 1 --ckpt-dir /tmp/tmux-ckpt "
-               "--metrics-file /tmp/tmux-metrics.jsonl > /tmp/tmux-train.log 2>&1; touch /tmp/tmux-done'")
+    training = trainer_command(f"{TINY_MODEL} --max-steps 3 --batch-size 4 --log-every 1 --ckpt-dir /tmp/tmux-ckpt "
+                               "--metrics-file /tmp/tmux-metrics.jsonl")
+    command = f"tmux new-session -d -s train {shlex.quote(f'{training} > /tmp/tmux-train.log 2>&1; touch /tmp/tmux-done')}"
     with ssh_session(ssh_port, key=user_key) as client:
         status, _, err = run(client, command)
         assert status == 0, err
@@ -82,10 +83,10 @@ def test_torchrun_in_tmux_started_over_ssh_keeps_running_after_logout(ssh_port, 
         assert "train" in out.split()
     # The session logged out; the run goes on inside tmux and finishes.
     with ssh_session(ssh_port, key=user_key) as client:
-        status, out, _ = run(client, "for i in $(seq 120); do [ -e /tmp/tmux-done ] && break; sleep 1; done; "
-                                     "cat /tmp/tmux-train.log; wc -l < /tmp/tmux-metrics.jsonl", timeout=150)
-    assert status == 0
-    assert out.strip().splitlines()[-1] == "3", out
+        wait_until(lambda: run(client, "test -e /tmp/tmux-done")[0] == 0, RUN_TIMEOUT_S, interval=1,
+                   failure=lambda: "the run in tmux did not finish:\n" + run(client, "cat /tmp/tmux-train.log")[1])
+        status, out, _ = run(client, "wc -l < /tmp/tmux-metrics.jsonl")
+    assert status == 0 and out.strip() == "3", out
 
 
 def test_password_login_is_refused(ssh_port):

@@ -12,7 +12,7 @@ import time
 from tests.support.containers import docker
 from tests.support.notebook_kernel import run_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
-from tests.support.stopping import GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_command, wait_until_trained
+from tests.support.stopping import GRACE_PERIOD_S, endless_run_command, read_file, saved_checkpoints, wait_until_trained
 from tests.support.waiting import wait_until
 
 TOKEN = "stop-test-token-0a9b8c7d6e5f"
@@ -20,7 +20,7 @@ TOKEN = "stop-test-token-0a9b8c7d6e5f"
 
 def start_from_a_notebook_kernel(container, base_url: str) -> None:
     """The kernel runs Popen(torchrun ...), as a notebook cell does."""
-    cell = f"import subprocess; subprocess.Popen({trainer_command('notebook', 1)!r}, shell=True)"
+    cell = f"import subprocess; subprocess.Popen({endless_run_command('notebook', 1)!r}, shell=True)"
     reply = run_in_a_notebook_kernel(container, base_url, TOKEN, cell)
     assert reply["status"] == "ok", reply
 
@@ -32,9 +32,9 @@ def test_docker_stop_saves_training_started_over_ssh_in_tmux_with_exec_and_from_
                                     "--env", f"JUPYTER_TOKEN={TOKEN}"])
     container.wait_until_healthy()
     with ssh_session(container.published_port(2222), key=key) as client:
-        status, _, err = run(client, f"tmux new-session -d -s train {json.dumps(trainer_command('tmux', 1))}")
+        status, _, err = run(client, f"tmux new-session -d -s train {json.dumps(endless_run_command('tmux', 1))}")
         assert status == 0, err
-    docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c", trainer_command("exec", 1))
+    docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c", endless_run_command("exec", 1))
     start_from_a_notebook_kernel(container, f"http://127.0.0.1:{container.published_port(8888)}")
     for name in ("tmux", "exec", "notebook"):
         wait_until_trained(container, name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from tests.support.containers import docker
-from tests.support.stopping import GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_command, wait_until_trained
+from tests.support.stopping import GRACE_PERIOD_S, endless_run_command, read_file, saved_checkpoints, wait_until_trained
 from tests.support.waiting import wait_until
 
 # Idle processes beside the trainer, as DataLoader workers, tmux panes and shells add up on an 8-GPU box:
@@ -25,7 +25,7 @@ def process_count(container) -> int:
 
 def test_docker_stop_saves_a_trainer_beside_thousands_of_idle_processes(containers, tmp_path):
     container = containers(options=["--env", "ENABLE_JUPYTER=0", "--env", "ENABLE_SSH=0"])
-    docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c", trainer_command("crowd", 1))
+    docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c", endless_run_command("crowd", 1))
     wait_until_trained(container, "crowd")
     docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c",
            f"for _ in $(seq {IDLE_PROCESSES}); do tail -f /dev/null & done; wait")

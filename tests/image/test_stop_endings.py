@@ -11,8 +11,8 @@ import requests
 
 from tests.support.containers import docker
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
-from tests.support.stopping import (GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_arguments, trainer_command,
-                                    wait_until_trained)
+from tests.support.stopping import (GRACE_PERIOD_S, endless_run_command, read_file, saved_checkpoints,
+                                    trainer_arguments, wait_until_trained)
 from tests.support.waiting import wait_until
 
 TOKEN = "stop-endings-token-5e4d3c2b1a"
@@ -59,7 +59,7 @@ def test_jupyterlab_shut_down_under_a_trainer_in_tmux_stops_the_container_in_ord
     container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}"])
     container.wait_until_healthy()
     docker("exec", "--user", "dev", container.name, "tmux", "new-session", "-d", "-s", "train",
-           trainer_command("lab", 1))
+           endless_run_command("lab", 1))
     wait_until_trained(container, "lab")
     reply = requests.post(f"http://127.0.0.1:{container.published_port(8888)}/api/shutdown",
                           headers={"Authorization": f"token {TOKEN}"}, timeout=30)

@@ -5,7 +5,7 @@ import fcntl
 
 import pytest
 
-from tests.monitoring.prometheus_server import build_prometheus_image
+from tests.support.prometheus_server import build_prometheus_image
 
 
 @pytest.fixture(scope="session")

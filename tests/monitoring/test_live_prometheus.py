@@ -17,16 +17,17 @@ import pytest
 import yaml
 
 from tests.support.containers import Container, docker, start_container
-from tests.monitoring.dashboard import as_prometheus_runs_it, label_values_query, load_dashboard, panels_by_row
-from tests.monitoring.prometheus_server import (CONFIG_DIR, PrometheusServer, fast_config_copy, promtool,
+from tests.support.dashboard import as_prometheus_runs_it, label_values_query, load_dashboard, panels_by_row
+from tests.support.prometheus_server import (CONFIG_DIR, PrometheusServer, fast_config_copy, promtool,
                                                 start_prometheus)
+from tests.support.training import TINY_MODEL
 
 TRAINER_PORT = 9401
 GPU_EXPORTER_PORT = 9400
 NODES = ("node0", "node1")
 # A tiny model on 16x16 images, one rank per node, a checkpoint every 50 steps, and a peak for MFU on
 # CPU. A modest learning rate keeps the loss falling for longer than the test watches it.
-TRAINING = ("--model tiny --image-size 16 --synthetic-samples 1024 --batch-size 8 --num-workers 0 --device cpu "
+TRAINING = (f"{TINY_MODEL} --batch-size 8 --num-workers 0 --device cpu "
             "--max-steps 100000 --log-every 5 --save-every 50 --warmup-steps 20 --lr 5e-4 --peak-tflops 1 "
             f"--ckpt-dir /tmp/checkpoints --prometheus-port {TRAINER_PORT}")
 RATE_INTERVAL = "10s"  # what Grafana's $__rate_interval becomes at a 1 s scrape interval

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import yaml
 
-from tests.monitoring.prometheus_server import CONFIG_DIR, promtool
+from tests.support.prometheus_server import CONFIG_DIR, promtool
 
 RULES = CONFIG_DIR / "rules" / "training.rules.yml"
 RULE_TESTS = CONFIG_DIR / "tests" / "training.rules.test.yml"

@@ -5,9 +5,14 @@ only local rank 0 listens (one port per node).
 """
 from __future__ import annotations
 
-TRAINER = "OMP_NUM_THREADS=1 python /opt/scripts/train_ddp.py --ckpt-dir /tmp/ckpt-flag"
-TINY = ("--model tiny --image-size 16 --synthetic-samples 256 --batch-size 8 --num-workers 0 --device cpu "
-        "--log-every 1 --ckpt-dir /tmp/ckpt-ranks --save-every 0")
+import re
+
+from tests.support.training import TINY_MODEL, trainer_command
+from tests.support.waiting import wait_until
+
+TRAINER = trainer_command("--ckpt-dir /tmp/ckpt-flag", nproc=None)
+TINY = f"{TINY_MODEL} --batch-size 8 --num-workers 0 --device cpu --log-every 1 --ckpt-dir /tmp/ckpt-ranks --save-every 0"
+PORT = 9412
 
 
 def test_a_bad_port_is_one_line_naming_the_flag(training_container):
@@ -18,10 +23,13 @@ def test_a_bad_port_is_one_line_naming_the_flag(training_container):
 
 
 def test_a_taken_port_is_one_line_saying_what_to_do(training_container):
-    result = training_container.run(
-        "python -m http.server 9411 --bind 127.0.0.1 >/dev/null 2>&1 & "
-        "timeout 30 bash -c 'until ss -ltnH | grep -q 127.0.0.1:9411; do sleep 0.1; done'; "
-        f"{TRAINER} --prometheus-port 9411 --max-steps 1; status=$?; kill %1; exit $status")
+    training_container.run("python -m http.server 9411 --bind 127.0.0.1 >/dev/null 2>&1 & echo $! >/tmp/taken.pid")
+    try:
+        wait_until(lambda: training_container.run("ss -ltnH 'sport = :9411'").stdout.strip(), 30,
+                   failure="the server that takes port 9411 did not listen")
+        result = training_container.run(f"{TRAINER} --prometheus-port 9411 --max-steps 1")
+    finally:
+        training_container.run("kill $(cat /tmp/taken.pid)")
     assert result.rc != 0
     assert result.stderr.strip().splitlines() == [
         f"--prometheus-port 9411: cannot listen on {training_container.run('hostname').stdout.strip()} "
@@ -29,12 +37,18 @@ def test_a_taken_port_is_one_line_saying_what_to_do(training_container):
 
 
 def test_only_local_rank_0_of_a_node_serves(training_container):
-    listeners = training_container.run(
-        f"OMP_NUM_THREADS=1 timeout 110 torchrun --standalone --nproc-per-node=2 /opt/scripts/train_ddp.py {TINY} "
-        "--max-steps 100000 --prometheus-port 9412 >/tmp/ranks.log 2>&1 & "
-        "for _ in $(seq 100); do curl -fs localhost:9412/metrics | grep -q '^trainer_loss' && break; sleep 1; done; "
+    training = trainer_command(f"{TINY} --max-steps 100000 --prometheus-port {PORT}")
+    training_container.run(f"{training} >/tmp/ranks.log 2>&1 & echo $! >/tmp/ranks.pid")
+
+    def metrics_with_a_loss() -> str | None:
+        exposition = training_container.run(f"curl -fs localhost:{PORT}/metrics").stdout
+        return exposition if re.search(r"^trainer_loss", exposition, re.M) else None
+    try:
+        exposition = wait_until(metrics_with_a_loss, 100, interval=1, failure=lambda: (
+            f"no trainer_loss on port {PORT}:\n" + training_container.run("cat /tmp/ranks.log").stdout))
         # Listeners on the trainer's port and the next ones, where a server per rank would also listen.
-        "ss -ltnH | awk '{print $4}' | grep -cE ':941[2-9]$'; curl -fs localhost:9412/metrics; kill %1")
-    count, exposition = listeners.stdout.split("\n", 1)
-    assert count == "1", listeners.stdout + listeners.stderr + training_container.run("cat /tmp/ranks.log").stdout
+        count = training_container.run("ss -ltnH | awk '{print $4}' | grep -cE ':941[2-9]$'").stdout.strip()
+    finally:
+        training_container.run("kill -TERM $(cat /tmp/ranks.pid)")  # coreutils timeout passes it to torchrun
+    assert count == "1", count + training_container.run("cat /tmp/ranks.log").stdout
     assert 'rank="0"' in exposition and 'rank="1"' not in exposition

@@ -55,11 +55,24 @@ def memlock_is_limited_here() -> bool:
     return engine_memlock_limit() != -1
 
 
+# Sockets that hold the ports free_port() handed out, open until the test process ends.
+RESERVED_PORTS: list[socket.socket] = []
+
+
 def free_port() -> int:
-    """A TCP port nothing listens on now, for a service a test starts on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port for a service a test starts on 127.0.0.1, reserved for the rest of this test process.
+
+    A socket stays bound to it, so the kernel hands it to no other bind(0): not to another worker's
+    free_port(), and not to a client's ephemeral port, while the test has yet to start its service.
+    The socket never listens and sets SO_REUSEADDR, so the server the test starts there (docker-proxy,
+    docker-registry, Slurm's daemons) can still bind and listen, as Linux allows beside a socket that
+    does not listen.
+    """
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    RESERVED_PORTS.append(sock)
+    return sock.getsockname()[1]
 
 
 # What compose.yaml gives the service, as docker-run options.

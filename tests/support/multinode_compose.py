@@ -1,20 +1,21 @@
 """compose.multinode.yaml driven as a user drives it, one compose project per test run.
 
 The file is used unchanged; a small override written next to the test's temporary files only makes it
-fit a machine without GPUs (no GPU reservation, the engine's memlock limit, a small /dev/shm), as
-compose.cpu.yaml does for compose.yaml. Every call has a timeout.
+fit a machine without GPUs (no GPU reservation, the engine's memlock limit, a /dev/shm of 1 GiB, the
+least start-up accepts without a warning), as compose.cpu.yaml does for compose.yaml. Every call has a
+timeout.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import shlex
 import subprocess
 import uuid
 
 from tests.support import REPO_ROOT
+from tests.support.compose import compose
 from tests.support.containers import docker, engine_memlock_limit
 from tests.support.training import TINY_MODEL
 from tests.support.waiting import wait_until
@@ -50,12 +51,9 @@ class MultinodeJob:
     project: str = dataclasses.field(default_factory=lambda: f"pt-mn-{uuid.uuid4().hex[:8]}")
 
     def compose(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-        command = ["docker", "compose", "-p", self.project, "-f", str(COMPOSE_FILE), "-f", str(self.override), *args]
-        env = {**os.environ, "SHM_SIZE": "512m", "OMP_NUM_THREADS": "1", "RDZV_ID": self.project, **self.env}
-        result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        if check and result.returncode != 0:
-            raise AssertionError(f"docker compose {' '.join(args)} failed: {result.stderr.strip()}")
-        return result
+        env = {"SHM_SIZE": "1g", "OMP_NUM_THREADS": "1", "RDZV_ID": self.project, **self.env}
+        return compose("-p", self.project, *args, files=[COMPOSE_FILE, self.override], env=env, timeout=timeout,
+                       check=check)
 
     def start(self, *services: str) -> None:
         self.compose("up", "--detach", "--no-build", *services)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pathlib
 
 from tests.support.containers import Container, docker
-from tests.support.training import TINY_RUN
+from tests.support.training import TINY_RUN, trainer_command
 from tests.support.waiting import wait_until
 
 GRACE_PERIOD_S = 30  # compose's stop_grace_period
@@ -23,9 +23,11 @@ def trainer_arguments(name: str, nproc: int) -> list[str]:
             *ENDLESS_RUN.split(), "--ckpt-dir", f"/tmp/{name}-ckpt", "--metrics-file", f"/tmp/{name}.jsonl"]
 
 
-def trainer_command(name: str, nproc: int) -> str:
-    """The same as a shell command whose output goes to /tmp/NAME.log."""
-    return f"OMP_NUM_THREADS=1 {' '.join(trainer_arguments(name, nproc))} > /tmp/{name}.log 2>&1"
+def endless_run_command(name: str, nproc: int) -> str:
+    """The same as a shell command whose output goes to /tmp/NAME.log, with no timeout around torchrun:
+    the container's stop must find torchrun itself as the launcher."""
+    flags = f"{ENDLESS_RUN} --ckpt-dir /tmp/{name}-ckpt --metrics-file /tmp/{name}.jsonl"
+    return f"{trainer_command(flags, nproc=nproc, timeout_s=None)} > /tmp/{name}.log 2>&1"
 
 
 def wait_until_trained(container: Container, name: str) -> None:

@@ -11,12 +11,15 @@ import shlex
 
 import testinfra
 
+from tests.support.waiting import wait_until
+
 # The model and data of every test run: a tiny CNN on 512 synthetic 16x16 images, seconds on a CPU.
 TINY_MODEL = "--model tiny --image-size 16 --synthetic-samples 512"
 # The trainer tests' run: an epoch is 16 steps of 32 samples over 2 ranks (batch 8 x grad-accum 2), so
 # a 40-step run crosses two epoch boundaries.
 TINY_RUN = f"{TINY_MODEL} --batch-size 8 --grad-accum 2 --warmup-steps 5 --lr 3e-3 --log-every 1 --seed 7"
 RUN_TIMEOUT_S = 120
+IMAGE_SCRIPTS_DIR = "/opt/scripts"
 ENV = "OMP_NUM_THREADS=1"
 
 # Runs train_ddp.main() unchanged, but also saves each rank's own parameters when the trainer saves
@@ -41,12 +44,21 @@ def make_workdir(host: testinfra.host.Host) -> str:
     return host.check_output("mktemp -d")
 
 
-def torchrun(script: str, nproc: int = 2, options: str = "") -> str:
-    """A torchrun command line for SCRIPT on one node, on a free rendezvous port."""
-    return f"{ENV} timeout {RUN_TIMEOUT_S} torchrun --standalone --nproc-per-node={nproc} {options} {script}"
+def trainer_command(flags: str = "", *, nproc: int | None = 2, scripts_dir: str = IMAGE_SCRIPTS_DIR,
+                    script: str | None = None, launcher_options: str = "",
+                    timeout_s: int | None = RUN_TIMEOUT_S) -> str:
+    """The one launch line of the sample trainer in every suite: SCRIPTS_DIR/train_ddp.py (or SCRIPT, a
+    wrapper around it) under torchrun on one node with NPROC ranks on a free rendezvous port, or plain
+    python when NPROC is None; one thread per rank; under coreutils timeout, so nothing hangs. FLAGS
+    follow the script (TINY_MODEL or TINY_RUN for the tiny run). TIMEOUT_S None leaves timeout out, for
+    a run that the container's stop must find as the launcher itself (tests/image/test_stop.py)."""
+    launcher = "python" if nproc is None else f"torchrun --standalone --nproc-per-node={nproc}"
+    timeout = f"timeout {timeout_s}" if timeout_s else ""
+    script = script or f"{scripts_dir}/train_ddp.py"
+    return " ".join(part for part in (ENV, timeout, launcher, launcher_options, script, flags) if part)
 
 
-# What interrupt_when_step_logged sends, where $pid is coreutils timeout (torchrun() wraps torchrun in it),
+# What interrupt_when_step_logged sends, where $pid is coreutils timeout (trainer_command() wraps torchrun in it),
 # torchrun its child and the workers torchrun's children. `kill $pid` would signal timeout, which passes a
 # signal on twice (to torchrun, then to its whole process group), and torchrun's agent raises once per
 # signal it receives, so a second one cuts its shutdown of the workers short.
@@ -54,23 +66,33 @@ SIGTERM_TO_TORCHRUN = "kill -TERM $(pgrep -P $pid)"
 SIGTERM_TO_THE_WORKERS = "pkill -TERM -P $(pgrep -P $pid)"
 
 
+def interrupt_when_logged(host: testinfra.host.Host, command: str, workdir: str, name: str, text: str, kill: str,
+                          watched: str | None = None) -> tuple[int, float, str]:
+    """Starts COMMAND in the background with its output in WORKDIR/NAME.log; runs the shell command KILL
+    ($pid is COMMAND's pid) once TEXT appears in WATCHED (that log by default), and waits for COMMAND to
+    end. Returns its exit status, the seconds it took to exit after KILL, and its output."""
+    log, run = f"{workdir}/{name}.log", f"{workdir}/{name}.run"
+    watched = watched or log
+    # In the background: COMMAND; its pid in .pid; at its end, its exit status and the time in .end.
+    background = f'{command} > {log} 2>&1 & echo $! > {run}.pid; wait $!; echo "$? $(date +%s%N)" > {run}.end'
+    host.check_output(f"{{ {background}; }} > /dev/null 2>&1 &")
+    wait_until(lambda: host.run(f"grep -qF -- {shlex.quote(text)} {watched}").rc == 0, RUN_TIMEOUT_S, interval=0.1,
+               failure=lambda: f"{text!r} never reached {watched}; the run's log:\n{host.file(log).content_string}")
+    signalled_ns = int(host.check_output(f"pid=$(cat {run}.pid); {kill}; date +%s%N"))
+
+    def end_of_run() -> list[str]:
+        return host.run(f"cat {run}.end 2>/dev/null").stdout.split()
+    status, end_ns = wait_until(end_of_run, RUN_TIMEOUT_S, interval=0.1, failure=lambda: (
+        f"the run did not end within {RUN_TIMEOUT_S} s of `{kill}`; its log:\n{host.file(log).content_string}"))
+    return int(status), (int(end_ns) - signalled_ns) / 1e9, host.file(log).content_string
+
+
 def interrupt_when_step_logged(host: testinfra.host.Host, command: str, workdir: str, name: str, step: int,
                                kill: str) -> tuple[int, float, str]:
-    """Starts COMMAND, which logs its metrics to WORKDIR/NAME.jsonl, in the background; runs the shell
-    command KILL ($pid is COMMAND's pid) once STEP is logged, and waits for COMMAND to end. Returns its
-    exit status, the seconds it took to exit after KILL, and its output (kept in WORKDIR/NAME.log)."""
-    log, metrics = f"{workdir}/{name}.log", f"{workdir}/{name}.jsonl"
-    status, milliseconds = host.check_output(f"""
-{command} > {log} 2>&1 &
-pid=$!
-timeout {RUN_TIMEOUT_S} bash -c 'until grep -q "\\"step\\": {step}," {metrics} 2>/dev/null; do sleep 0.05; done'
-{kill}
-signalled=$(date +%s%N)
-wait $pid
-status=$?
-echo "$status $(( ($(date +%s%N) - signalled) / 1000000 ))"
-""").split()[-2:]
-    return int(status), int(milliseconds) / 1000, host.file(log).content_string
+    """interrupt_when_logged for a trainer whose COMMAND logs its metrics to WORKDIR/NAME.jsonl: KILL
+    runs once STEP is logged there."""
+    return interrupt_when_logged(host, command, workdir, name, f'"step": {step},', kill,
+                                 watched=f"{workdir}/{name}.jsonl")
 
 
 def write_per_rank_dump(host: testinfra.host.Host, workdir: str) -> str:

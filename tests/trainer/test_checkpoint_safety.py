@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from tests.support.training import ENV, TINY_RUN, make_workdir, torchrun
+from tests.support.training import TINY_RUN, make_workdir, trainer_command
 
 # One process, 4 steps, a checkpoint every 2: a few seconds per run.
 SHORT_RUN = f"{TINY_RUN} --num-workers 0 --max-steps 4 --save-every 2"
@@ -24,7 +24,7 @@ def workdir(torch_host):
 
 
 def train(torch_host, scripts_dir: str, workdir: str, extra: str = ""):
-    return torch_host.run(f"cd {workdir} && {ENV} timeout 120 python {scripts_dir}/train_ddp.py "
+    return torch_host.run(f"cd {workdir} && {trainer_command(nproc=None, scripts_dir=scripts_dir)} "
                           f"{SHORT_RUN} --ckpt-dir {workdir}/ckpt {extra}")
 
 
@@ -83,7 +83,7 @@ def test_a_full_disk_ends_with_one_line_and_leaves_no_partial_file(torch_host, s
     below fills a real file system.
     """
     result = run_with_a_full_disk(torch_host, workdir, "file size limit", (
-        f"cd {workdir} && {ENV} timeout 120 python {scripts_dir}/train_ddp.py {SHORT_RUN} --ckpt-dir {workdir}/ckpt; "
+        f"cd {workdir} && {trainer_command(SHORT_RUN, nproc=None, scripts_dir=scripts_dir)} --ckpt-dir {workdir}/ckpt; "
         f"echo exit=$?; ls -A {workdir}/ckpt"))
     assert "exit=1" in result.stdout, result.stdout + result.stderr
     last_line = result.stderr.strip().splitlines()[-1]
@@ -96,7 +96,7 @@ def test_a_full_disk_ends_with_one_line_and_leaves_no_partial_file(torch_host, s
 def test_a_full_disk_under_fsdp_ends_every_rank_and_leaves_no_partial_folder(torch_host, scripts_dir, workdir):
     """Every rank writes its shards (3 MB each for gpt-tiny): the one-line error, then torchrun's own report."""
     result = run_with_a_full_disk(torch_host, workdir, "full tmpfs", (
-        f"cd {workdir} && {torchrun(f'{scripts_dir}/train_ddp.py')} --model gpt-tiny --seq-len 32 --batch-size 4 "
+        f"cd {workdir} && {trainer_command(scripts_dir=scripts_dir)} --model gpt-tiny --seq-len 32 --batch-size 4 "
         f"--num-workers 0 --max-steps 4 --save-every 2 --parallel fsdp --ckpt-dir {workdir}/ckpt; "
         f"echo exit=$?; ls -A {workdir}/ckpt"))
     assert result.stdout.strip().splitlines()[-1] == "exit=1", result.stdout + result.stderr  # no partial folder

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.training import (ENV, RUN_TIMEOUT_S, TINY_MODEL, make_workdir, python_json, read_metrics,
-                                    tensors_equal, torchrun, write_per_rank_dump)
+from tests.support.training import (TINY_MODEL, make_workdir, python_json, read_metrics, tensors_equal,
+                                    trainer_command, write_per_rank_dump)
 
 STEPS = 30
 SHARED = f"{TINY_MODEL} --warmup-steps 5 --lr 3e-3 --seed 3 --num-workers 0"
@@ -20,10 +20,10 @@ def runs(torch_host, scripts_dir):
     workdir = make_workdir(torch_host)
     dump = write_per_rank_dump(torch_host, workdir)
     torch_host.check_output(
-        f"{torchrun(dump)} {scripts_dir} {SHARED} --max-steps {STEPS} --batch-size 4 --grad-accum 2 "
+        f"{trainer_command(script=dump)} {scripts_dir} {SHARED} --max-steps {STEPS} --batch-size 4 --grad-accum 2 "
         f"--save-every 0 --log-every 1 --ckpt-dir {workdir}/ddp --metrics-file {workdir}/ddp.jsonl")
     torch_host.check_output(
-        f"{ENV} timeout {RUN_TIMEOUT_S} python {dump} {scripts_dir} {SHARED} --max-steps {STEPS} --batch-size 16 "
+        f"{trainer_command(nproc=None, script=dump)} {scripts_dir} {SHARED} --max-steps {STEPS} --batch-size 16 "
         f"--save-every 0 --ckpt-dir {workdir}/single")
     yield workdir
     torch_host.run(f"rm -rf {workdir}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.training import ENV
+from tests.support.training import trainer_command
 
 DOCUMENTED_FLAGS = [
     "--max-steps", "--batch-size", "--grad-accum", "--lr", "--warmup-steps", "--weight-decay", "--grad-clip",
@@ -69,7 +69,7 @@ BAD_COMBINATIONS = [
 def run_trainer(torch_host, scripts_dir: str, arguments: str, setup: str = "true"):
     # No torchrun: a bad flag must fail before any rendezvous, so a lone process shows the same.
     return torch_host.run(f"cd $(mktemp -d) && {setup} && "
-                          f"{ENV} timeout 60 python {scripts_dir}/train_ddp.py {arguments}")
+                          f"{trainer_command(nproc=None, scripts_dir=scripts_dir, timeout_s=60)} {arguments}")
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), BAD_VALUES, ids=[f"{f}={v}" for f, v, _ in BAD_VALUES])

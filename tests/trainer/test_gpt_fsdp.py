@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from tests.support.training import (ENV, RUN_TIMEOUT_S, SIGTERM_TO_TORCHRUN, interrupt_when_step_logged, make_workdir,
-                                    python_json, read_metrics, torchrun)
+from tests.support.training import (ENV, SIGTERM_TO_TORCHRUN, interrupt_when_step_logged, make_workdir, python_json,
+                                    read_metrics, trainer_command)
 
 STEPS, HALF = 12, 6
 SEQ_LEN = 32
@@ -37,8 +37,8 @@ def trainer(script: str, nproc: int, parallel: str, workdir: str, name: str, max
             save_every: int = HALF) -> str:
     """A command that runs SCRIPT (the trainer, or a wrapper and its arguments) in WORKDIR/NAME at NPROC ranks
     (global batch 8) with DDP or FSDP."""
-    return (f"{torchrun(script, nproc=nproc)} {GPT} --batch-size {GLOBAL_BATCH // nproc} --parallel {parallel} "
-            f"--max-steps {max_steps} --save-every {save_every} --ckpt-dir {workdir}/{name} "
+    return (f"{trainer_command(GPT, script=script, nproc=nproc)} --batch-size {GLOBAL_BATCH // nproc} "
+            f"--parallel {parallel} --max-steps {max_steps} --save-every {save_every} --ckpt-dir {workdir}/{name} "
             f"--metrics-file {workdir}/{name}.jsonl")
 
 
@@ -69,7 +69,7 @@ def runs(torch_host, scripts_dir):
     fsdp = trainer(f"{scripts_dir}/train_ddp.py", 2, "fsdp", workdir, "fsdp")
     torch_host.check_output(f"{fsdp} > {workdir}/fsdp.out")  # the progress lines, for the metrics test
     torch_host.check_output(trainer(f"{scripts_dir}/train_ddp.py", 2, "ddp", workdir, "ddp"))
-    torch_host.check_output(f"{ENV} timeout {RUN_TIMEOUT_S} python {scripts_dir}/train_ddp.py {GPT} "
+    torch_host.check_output(f"{trainer_command(nproc=None, scripts_dir=scripts_dir)} {GPT} "
                             f"--max-steps {STEPS} --save-every {HALF} --batch-size {GLOBAL_BATCH} "
                             f"--ckpt-dir {workdir}/single")
     yield workdir
@@ -237,7 +237,7 @@ def test_loss_falls_on_a_text_file_prepared_by_the_script(torch_host, scripts_di
                             f"{ENV} timeout 60 python {scripts_dir}/prepare_text.py "
                             f"{workdir}/text.txt {workdir}/text.bin")
     torch_host.check_output(
-        f"{ENV} timeout {RUN_TIMEOUT_S} python {scripts_dir}/train_ddp.py --model gpt-tiny --seq-len 64 "
+        f"{trainer_command(nproc=None, scripts_dir=scripts_dir)} --model gpt-tiny --seq-len 64 "
         f"--data-file {workdir}/text.bin --batch-size 8 --max-steps 30 --warmup-steps 3 --lr 3e-3 --num-workers 0 "
         f"--log-every 1 --save-every 0 --ckpt-dir {workdir}/ckpt --metrics-file {workdir}/text.jsonl")
     losses = [record["loss"] for record in read_metrics(torch_host, f"{workdir}/text.jsonl")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.training import make_workdir, read_metrics, torchrun
+from tests.support.training import make_workdir, read_metrics, trainer_command
 
 pytestmark = pytest.mark.gpu
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 def test_gpt_trains_in_bf16_on_every_gpu(torch_host, scripts_dir, cuda_devices, parallel):
     workdir = make_workdir(torch_host)
     result = torch_host.run(
-        f"{torchrun(f'{scripts_dir}/train_ddp.py', nproc=cuda_devices)} --model gpt-tiny --parallel {parallel} "
+        f"{trainer_command(scripts_dir=scripts_dir, nproc=cuda_devices)} --model gpt-tiny --parallel {parallel} "
         f"--precision bf16 --seq-len 128 --batch-size 8 --max-steps 30 --warmup-steps 3 --lr 3e-3 --log-every 5 "
         f"--num-workers 0 --peak-tflops 100 --ckpt-dir {workdir}/ckpt --metrics-file {workdir}/metrics.jsonl")
     assert result.rc == 0, result.stdout + result.stderr

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.training import TINY_RUN, make_workdir, python_json, read_metrics, torchrun
+from tests.support.training import TINY_RUN, make_workdir, python_json, read_metrics, trainer_command
 
 
 def test_metrics_lines_and_tensorboard_scalars_cover_every_logged_step(torch_host, scripts_dir):
     if torch_host.run("timeout 60 python -c 'import tensorboard'").rc != 0:
         pytest.skip("tensorboard is not installed on this torch host (the image has it)")
     workdir = make_workdir(torch_host)
-    result = torch_host.run(torchrun(f"{scripts_dir}/train_ddp.py") + f" {TINY_RUN} --max-steps 6 "
+    result = torch_host.run(trainer_command(scripts_dir=scripts_dir) + f" {TINY_RUN} --max-steps 6 "
                             f"--log-every 2 --ckpt-dir {workdir}/ckpt --metrics-file {workdir}/metrics.jsonl "
                             f"--tensorboard-dir {workdir}/tb")
     assert result.rc == 0, result.stdout + result.stderr

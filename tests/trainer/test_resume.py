@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from tests.support.training import (ENV, RUN_TIMEOUT_S, SIGTERM_TO_THE_WORKERS, SIGTERM_TO_TORCHRUN, TINY_RUN,
-                                    interrupt_when_step_logged, make_workdir, read_metrics, tensors_equal, torchrun)
+from tests.support.training import (SIGTERM_TO_THE_WORKERS, SIGTERM_TO_TORCHRUN, TINY_RUN, interrupt_when_step_logged,
+                                    make_workdir, read_metrics, tensors_equal, trainer_command)
 
 STEPS = 40
 STOP_AFTER_STEP = 12  # mid-epoch (16 steps an epoch) and between two --save-every 10 checkpoints
@@ -37,13 +37,13 @@ def workdir(torch_host):
 @pytest.fixture(scope="module")
 def reference(torch_host, scripts_dir, workdir) -> str:
     """An uninterrupted 2-rank run: the result every interrupted run must reproduce exactly."""
-    torch_host.check_output(f"{torchrun(f'{scripts_dir}/train_ddp.py')} {trainer_flags(workdir, 'reference')}")
+    torch_host.check_output(f"{trainer_command(scripts_dir=scripts_dir)} {trainer_flags(workdir, 'reference')}")
     return workdir
 
 
 def test_sigterm_stops_saves_and_a_restart_ends_like_an_uninterrupted_run(torch_host, scripts_dir, reference):
     workdir = reference
-    command = f"{torchrun(f'{scripts_dir}/train_ddp.py')} {trainer_flags(workdir, 'sigterm')}"
+    command = f"{trainer_command(scripts_dir=scripts_dir)} {trainer_flags(workdir, 'sigterm')}"
     status, seconds, log = interrupt_when_step_logged(
         torch_host, command, workdir, "sigterm", STOP_AFTER_STEP, SIGTERM_TO_TORCHRUN)
     stopped = re.search(r"stopped by SIGTERM at step (\d+)/", log)
@@ -69,7 +69,7 @@ def test_sigterm_stops_saves_and_a_restart_ends_like_an_uninterrupted_run(torch_
 
 def test_sigterm_to_the_workers_ends_a_torchrun_job_with_exit_0(torch_host, scripts_dir, workdir):
     """The way to stop a torchrun job as a success (docs/training.md): signal its workers, not the agent."""
-    command = (f"{torchrun(f'{scripts_dir}/train_ddp.py')} {TINY_RUN} --max-steps 1000 --num-workers 1 "
+    command = (f"{trainer_command(scripts_dir=scripts_dir)} {TINY_RUN} --max-steps 1000 --num-workers 1 "
                f"--ckpt-dir {workdir}/workers --metrics-file {workdir}/workers.jsonl")
     status, seconds, log = interrupt_when_step_logged(torch_host, command, workdir, "workers", 3,
                                                       SIGTERM_TO_THE_WORKERS)
@@ -80,7 +80,7 @@ def test_sigterm_to_the_workers_ends_a_torchrun_job_with_exit_0(torch_host, scri
 
 
 def test_sigint_stops_a_single_process_run_with_a_checkpoint(torch_host, scripts_dir, workdir):
-    command = (f"{ENV} timeout {RUN_TIMEOUT_S} python {scripts_dir}/train_ddp.py {TINY_RUN} --max-steps 1000 "
+    command = (f"{trainer_command(nproc=None, scripts_dir=scripts_dir)} {TINY_RUN} --max-steps 1000 "
                f"--num-workers 1 --ckpt-dir {workdir}/sigint --metrics-file {workdir}/sigint.jsonl")
     status, seconds, log = interrupt_when_step_logged(torch_host, command, workdir, "sigint", 3, "kill -INT $pid")
     assert status == 0, log
@@ -93,7 +93,7 @@ def test_worker_killed_under_max_restarts_is_restarted_and_the_job_finishes(torc
     workdir = reference
     # A restarted worker must not read the previous attempt's addresses from torchrun's shared store
     # (pytorch/pytorch#135712): with the store shared, a restart fails to connect about half the time.
-    command = (f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 {torchrun(f'{scripts_dir}/train_ddp.py', options='--max-restarts=1')} "
+    command = (f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 {trainer_command(scripts_dir=scripts_dir, launcher_options='--max-restarts=1')} "
                f"{trainer_flags(workdir, 'sigkill', save_every=5)}")
     kill_one_worker = "kill -KILL $(pgrep -P $(pgrep -P $pid) -f train_ddp.py | tail -n 1)"  # $pid: timeout
     status, _, log = interrupt_when_step_logged(torch_host, command, workdir, "sigkill", STOP_AFTER_STEP,
@@ -115,7 +115,7 @@ def test_truncated_newest_checkpoint_falls_back_to_the_previous_one(torch_host, 
     torch_host.check_output(f"truncate --size=$(( $(stat -c %s {newest}) / 2 )) {newest}")
 
     output = torch_host.check_output(
-        f"{torchrun(f'{scripts_dir}/train_ddp.py')} {trainer_flags(workdir, 'truncated')} 2>&1")
+        f"{trainer_command(scripts_dir=scripts_dir)} {trainer_flags(workdir, 'truncated')} 2>&1")
     assert f"checkpoint {newest} is unreadable" in output
     assert f"resumed from {workdir}/truncated/step_{STEPS - 10:06d}.pt" in output
     steps = [record["step"] for record in read_metrics(torch_host, f"{workdir}/truncated.jsonl")]

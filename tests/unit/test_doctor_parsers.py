@@ -51,7 +51,7 @@ def test_a_bad_port_is_rejected_with_the_valid_range(text):
         doctor.port_number(text)
 
 
-def test_skip_list_names_unknown_checks_and_accepts_known_ones():
-    assert doctor.skip_list("allreduce, shm") == {"allreduce", "shm"}
+def test_check_names_names_unknown_checks_and_accepts_known_ones():
+    assert doctor.check_names("allreduce, shm") == {"allreduce", "shm"}
     with pytest.raises(argparse.ArgumentTypeError, match="unknown check nope"):
-        doctor.skip_list("shm,nope")
+        doctor.check_names("shm,nope")

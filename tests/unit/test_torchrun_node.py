@@ -24,3 +24,9 @@ def test_option_value_reads_every_spelling_torchrun_accepts(args, value):
 ])
 def test_client_rendezvous_is_added_to_whatever_rdzv_conf_was_given(args, expected):
     assert torchrun_node.with_client_rendezvous(args) == expected
+
+
+def test_an_ignored_store_error_is_logged_as_its_type_and_first_line():
+    error = RuntimeError("Connection reset by peer\nException raised from recvBytes at Utils.hpp:787")
+    assert torchrun_node.first_line(error) == "RuntimeError: Connection reset by peer"
+    assert torchrun_node.first_line(TimeoutError()) == "TimeoutError"

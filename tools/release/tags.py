@@ -3,7 +3,7 @@
 
     python3 tools/release/tags.py pytorch-dev:cpu-latest      # or: make tags FLAVOR=cpu
 
-Scheme (README, "Releases and tags"):
+Scheme (docs/releases.md):
 
     <flavor>-torch<version>-<cuda<major.minor>|cpu>-<base>-<YYYYMMDD>-g<sha7>   immutable, one per build
     <flavor>-latest                                                          moving, newest of the flavor

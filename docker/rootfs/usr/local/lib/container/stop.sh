@@ -12,7 +12,8 @@
 #      the step down with them. Two exceptions:
 #      - torchrun's workers get the signal instead of torchrun, whose agent turns a SIGTERM of its own
 #        into exit status 1 and a traceback even when every worker saved; seeing its workers finish, it
-#        ends as a job that succeeded, with 0.
+#        ends as a job that succeeded, with 0. (A workaround of torch's agent:
+#        docs/torch-workarounds.md, "torchrun exits 1 on SIGTERM", says when it can go.)
 #      - a later stage of a pipeline typed at a shell (`torchrun ... | tee train.log`) is left to end at
 #        the end of its input: signalled with the trainer, `tee` would die first, and the trainer's next
 #        progress line would raise BrokenPipeError before it saved. The shell gives the pipeline a

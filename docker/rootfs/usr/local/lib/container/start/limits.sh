@@ -1,31 +1,23 @@
 # Core start-up step (sourced by entrypoint.sh; defines functions only): warn, with the fix, about
-# limits that break training later.
+# limits that break training later. The thresholds and fix texts are doctor's (scripts/doctor.py, the one
+# place they are spelled); start-up only picks which of doctor's checks to relay.
 
-readonly DOCKER_DEFAULT_SHM_KB=65536
+readonly DOCTOR=/opt/scripts/doctor.py
 
-warn_if_shm_is_small() {
-  local shm_kb
-  shm_kb=$(df --output=size -k /dev/shm 2>/dev/null | tail -n 1 | tr -d ' ') || return 0
-  [[ $shm_kb =~ ^[0-9]+$ ]] || return 0
-  if ((shm_kb <= DOCKER_DEFAULT_SHM_KB)); then
-    log_warn "/dev/shm is only $((shm_kb / 1024)) MB (Docker's default): DataLoader workers and NCCL die with" \
-             "'bus error'; restart with --shm-size=16g or --ipc=host (compose: shm_size or ipc: host)"
-  fi
-}
-
-# Only RDMA (InfiniBand, RoCE) makes NCCL pin memory against this limit, so only hosts that give the
-# container RDMA devices hear about it.
-warn_if_memlock_is_limited() {
-  local memlock
-  [[ -d /dev/infiniband ]] || return 0
-  memlock=$(ulimit -l)
-  if [[ $memlock != unlimited ]]; then
-    log_warn "memlock is limited to $memlock KB: NCCL over InfiniBand/RoCE cannot pin its buffers; restart" \
-             "with --ulimit memlock=-1 (compose: ulimits: memlock: -1)"
-  fi
+# shm: every container, since DataLoader workers and NCCL die with 'Bus error' when it is small.
+# memlock: only where RDMA devices (InfiniBand, RoCE) are, since only RDMA makes NCCL pin memory against it.
+# stack: left to `doctor`: NVIDIA's recommended value is advice, and the default one trains.
+limit_checks_that_matter_here() {
+  local checks=shm
+  [[ -d /dev/infiniband ]] && checks+=,memlock
+  printf '%s' "$checks"
 }
 
 warn_about_limits() {
-  warn_if_shm_is_small
-  warn_if_memlock_is_limited
+  local line
+  # Each line is one finding with its fix. doctor's status (1 when a check warns) adds nothing, and a crash
+  # would print its traceback on stderr, where the container's log shows it.
+  while IFS= read -r line; do
+    log_warn "$line"
+  done < <(python3 "$DOCTOR" --only "$(limit_checks_that_matter_here)" --brief)
 }

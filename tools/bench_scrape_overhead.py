@@ -1,7 +1,7 @@
 """Benchmark: the trainer's throughput with --prometheus-port while a real Prometheus scrapes it every
 second, against the same run without it (BENCHMARKS.md, "Prometheus metrics").
 
-    IMAGE_UNDER_TEST=pytorch-dev:cpu-latest .venv-test/bin/python -m tests.monitoring.bench_scrape_overhead
+    IMAGE_UNDER_TEST=pytorch-dev:cpu-latest .venv-test/bin/python -m tools.bench_scrape_overhead
 
 One container of the image (named node0 on a docker network, as compose.multinode.yaml names its first
 node) runs the sample trainer under torchrun, 2 CPU ranks, again and again: with the flag and without,
@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 from tests.support.containers import docker, start_container
-from tests.monitoring.prometheus_server import build_prometheus_image, fast_config_copy, start_prometheus
+from tests.support.prometheus_server import build_prometheus_image, fast_config_copy, start_prometheus
 
 LOG_EVERY = 10
 # The exporter's own cost, measured in the trainer's image without the noise of a training run: the
