@@ -21,7 +21,8 @@
 #        sibling of it. It gets SIGTERM only once that first stage has been gone for PIPE_DRAIN_US (a
 #        reader that ignores the end of its input). (Reading /proc/PID/fd would be exact, but root
 #        without CAP_SYS_PTRACE may not read another user's; a script without job control keeps one
-#        group for all its commands: README.md's "Stopping" says what to do there.)
+#        group for all its commands: README.md's "Connecting"
+#        (its Stopping paragraph) says what to do there.)
 #   2. Wait for all of that work to exit, for at most STOP_TIMEOUT seconds (25: inside compose's 30 s).
 #   3. SIGTERM to everything left, services included.
 #
