@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import ipaddress
 import math
 import os
 import pathlib
 import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 
 import torch
@@ -39,6 +41,14 @@ non_negative_int = bounded(int, lambda value: value >= 0, "an integer >= 0")
 non_negative_float = bounded(float, lambda value: math.isfinite(value) and value >= 0, "a number >= 0")
 positive_float = bounded(float, lambda value: math.isfinite(value) and value > 0, "a number > 0")
 tcp_port = bounded(int, lambda value: 1 <= value <= 65535, "a TCP port (1-65535)")
+
+
+def ip_address(text: str) -> str:
+    """An argparse type: an IPv4 or IPv6 address to listen on (a host name would need a lookup)."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an IP address such as 0.0.0.0 or 127.0.0.1, got {text!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,7 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="peak TFLOP/s of one device, for MFU (default: known GPUs only)")
     system.add_argument("--prometheus-port", type=tcp_port, default=None,
                         help="serve Prometheus metrics on this port from local rank 0 of every node "
-                             "(docs/monitoring.md)")
+                             "(docs/monitoring.md); unauthenticated, so see --prometheus-address")
+    system.add_argument("--prometheus-address", type=ip_address, default="0.0.0.0",
+                        help="the address /metrics listens on: 0.0.0.0 (every interface, for a Prometheus "
+                             "in another container or host), 127.0.0.1 (this host only), or one interface's IP")
     system.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                         help="auto = this rank's GPU (LOCAL_RANK) when CUDA is available, else the CPU")
     system.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
@@ -171,22 +184,26 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
 
 
 def check_metrics_file(path: pathlib.Path) -> str | None:
-    """A problem that would stop rank 0 appending to PATH, found by opening it as the reporter will.
+    """A problem that would stop rank 0 appending to PATH, found by trying what the reporter will do.
 
-    Opening is the only check that tells the truth for root, network file systems and read-only mounts;
-    a file that did not exist is removed again, so a rejected run leaves nothing behind.
+    Only trying tells the truth for root, network file systems and read-only mounts. Every rank runs
+    this at the same moment, so it creates nothing another rank could see: an existing file is opened
+    for appending without O_CREAT, and a new one is stood in for by a file of this process's own,
+    which tempfile names uniquely and removes.
     """
     if not path.parent.is_dir():
         return f"--metrics-file {path}: directory {path.parent} does not exist"
     if path.is_dir():
         return f"--metrics-file {path} is a directory; name a file in it, e.g. {path / 'metrics.jsonl'}"
-    existed = path.exists()
     try:
-        open(path, "a").close()
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+    except FileNotFoundError:
+        try:
+            tempfile.TemporaryFile(dir=path.parent).close()
+        except OSError as error:
+            return f"--metrics-file {path} cannot be created ({error.strerror}); choose a writable directory"
     except OSError as error:
         return f"--metrics-file {path} cannot be written ({error.strerror}); choose a writable path"
-    if not existed:
-        path.unlink()
     return None
 
 
@@ -201,10 +218,8 @@ def check_cnn_flags(args: argparse.Namespace) -> str | None:
 
 
 def check_model_flags(args: argparse.Namespace, world_size: int) -> str | None:
-    """GPT flags: fills in the model's defaults for --seq-len and --vocab-size, and checks --data-file."""
+    """GPT flags (--seq-len and --vocab-size already filled in by with_model_defaults), and --data-file."""
     max_seq_len = GPT_SIZES[args.model].max_seq_len
-    args.seq_len = args.seq_len or max_seq_len
-    args.vocab_size = args.vocab_size or DEFAULT_VOCAB_SIZE[args.model]
     if args.seq_len > max_seq_len:
         return f"--seq-len {args.seq_len} is longer than {args.model}'s context of {max_seq_len} tokens; lower it"
     if args.data_dir is not None:
@@ -267,13 +282,21 @@ def describe_model_change(saved_config: dict[str, str], args: argparse.Namespace
             + ", ".join(f"{flag} {getattr(args, name)}" for flag, name in zip(flags, changed)))
 
 
+def with_model_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """A copy of ARGS with a GPT model's own --seq-len and --vocab-size where they were not given."""
+    if not is_language_model(args.model):
+        return args
+    return argparse.Namespace(**{**vars(args), "seq_len": args.seq_len or GPT_SIZES[args.model].max_seq_len,
+                                 "vocab_size": args.vocab_size or DEFAULT_VOCAB_SIZE[args.model]})
+
+
 def parse_config(argv: Sequence[str] | None, world_size: int) -> argparse.Namespace:
     """Parsed, checked flags; exits with one line on stderr (status 2) at the first bad value.
 
     For the GPT models, --seq-len and --vocab-size come back filled in with the model's defaults.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = with_model_defaults(parser.parse_args(argv))
     problem = check_compatible(args, world_size)
     if problem:
         parser.error(problem)
