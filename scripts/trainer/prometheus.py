@@ -60,7 +60,7 @@ class MetricsServer(socketserver.ThreadingMixIn, WSGIServer):
     request_queue_size = LISTEN_BACKLOG
 
 
-def start_metrics_server(registry: Any, address: str, port: int) -> None:
+def start_metrics_server(registry: Any, address: str, port: int) -> MetricsServer:
     """Serves REGISTRY's exposition at http://ADDRESS:PORT/metrics from a daemon thread."""
     from prometheus_client import make_wsgi_app
 
@@ -69,6 +69,7 @@ def start_metrics_server(registry: Any, address: str, port: int) -> None:
     server = server_class((address, port), MetricsHandler)
     server.set_app(make_wsgi_app(registry))
     threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True).start()
+    return server
 
 
 class TrainingExporter:
@@ -114,7 +115,7 @@ class TrainingExporter:
         # The histogram leaves out the first step after a start or resume, which includes start-up work
         # (DataLoader workers, compile).
         self.last_step_time: float | None = None
-        start_metrics_server(self.registry, address, port)
+        self.server = start_metrics_server(self.registry, address, port)
 
     def set(self, family: Any, value: float) -> None:
         """Sets FAMILY's series for our labels; the series is looked up once, as this runs every step."""
