@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from trainer import prometheus
+from trainer import huggingface, prometheus
 from trainer.checkpoint import (CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path, load_newest_checkpoint,
                                 remove_old_checkpoints, save_checkpoint_atomically, save_sharded_checkpoint)
 from trainer.config import describe_model_change, parse_config
@@ -84,7 +84,11 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
     precision = choose_precision(args.precision, device)
     dataset, num_classes = build_dataset(args)
     torch.manual_seed(args.seed)  # identical initial weights on every rank and in every run
-    model = build_model(args.model, num_classes, args.vocab_size).to(device)
+    model = build_model(args.model, num_classes=num_classes, vocab_size=args.vocab_size,
+                        padded_vocab_size=huggingface.padded(args.vocab_size) if args.init_from else None)
+    if args.init_from:  # on the bare model, so DDP and FSDP at any world size start from the same full weights
+        huggingface.load_pretrained(model, args.init_from)
+    model = model.to(device)
     peak = peak_flops(device, args.peak_tflops)
     reporter = MetricsReporter(args, placement=placement, device=device, peak=peak,  # counted before DDP wraps it
                                flops_per_sample=training_flops_per_sample(model, dataset, args) if peak else None)
@@ -137,7 +141,7 @@ def train(state: TrainingState, reporter: MetricsReporter, stop: StopSignal) -> 
             save_training_state(state)
             last_saved_step = state.step
 
-    if state.step > last_saved_step:
+    if state.step > last_saved_step or args.max_steps == 0 == state.step:  # 0 steps: keep the start
         save_training_state(state)
     dist.barrier(group=state.group)  # nobody leaves while rank 0 may still be writing
     reporter.close()
@@ -301,10 +305,14 @@ def resume_from_newest_checkpoint(state: TrainingState) -> None:
         exit_with_error(f"ranks found different checkpoints (steps {found_steps}): --ckpt-dir must be shared "
                         f"by all nodes", placement, status=1)
     if loaded is None:
+        if placement.is_main and args.init_from:
+            print(f"starting from the pretrained weights of {args.init_from}", flush=True)
         return
     state.load_state_dict(loaded)
     if placement.is_main:
-        print(f"resumed from {loaded['path']}: step {loaded['step']}, epoch {loaded['epoch']}, "
+        # A restarted fine-tuning job continues its own progress; the pretrained weights are only its start.
+        instead = f", not from the pretrained --init-from {args.init_from}" if args.init_from else ""
+        print(f"resumed from {loaded['path']}{instead}: step {loaded['step']}, epoch {loaded['epoch']}, "
               f"{loaded['samples_in_epoch']} samples into the epoch, loaded in {time.perf_counter() - started:.3f} s",
               flush=True)
 

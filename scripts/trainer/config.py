@@ -16,8 +16,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from trainer import huggingface
 from trainer.cli import OneLineErrorParser
 from trainer.gpt import DEFAULT_VOCAB_SIZE, GPT_SIZES
+from trainer.huggingface import shape_of
 from trainer.model import MODEL_NAMES, is_language_model
 
 
@@ -59,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "one process). It resumes from the newest checkpoint in --ckpt-dir and stops cleanly, with "
                     "a checkpoint, on SIGTERM/SIGINT. DDP or FSDP? See docs/training.md.")
     run = parser.add_argument_group("training")
-    run.add_argument("--max-steps", type=positive_int, default=1000, help="optimizer steps to train in total")
+    run.add_argument("--max-steps", type=non_negative_int, default=1000,
+                     help="optimizer steps to train in total; 0 saves the starting weights as a checkpoint "
+                          "(with --init-from: converts the folder, e.g. to export it again)")
     run.add_argument("--batch-size", type=positive_int, default=32,
                      help="samples per rank per micro-step; global batch = batch-size x grad-accum x world size")
     run.add_argument("--grad-accum", type=positive_int, default=1,
@@ -87,10 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seed of the data, the initial weights and (plus the rank) each rank's RNG")
 
     model = parser.add_argument_group("model and data")
-    model.add_argument("--model", choices=MODEL_NAMES, default="small",
+    model.add_argument("--model", choices=MODEL_NAMES, default=None,
                        help="tiny/small/base: the residual CNN on images; gpt-tiny (0.5M parameters, for CPU "
                             "tests), gpt2-small (124M), gpt2-medium (350M), gpt2-large (774M): GPT-2 style "
-                            "Transformers on tokens")
+                            "Transformers on tokens. Default: small, or with --init-from the folder's own model")
+    model.add_argument("--init-from", type=pathlib.Path, default=None, metavar="DIR",
+                       help="fine-tune a Hugging Face GPT-2 folder (config.json with model_type gpt2, and "
+                            "model.safetensors or pytorch_model.bin): its config.json gives the model's size and "
+                            "vocabulary, its weights the start. A checkpoint in --ckpt-dir is resumed instead, "
+                            "so a restarted job never goes back to the pretrained weights")
     model.add_argument("--seq-len", type=positive_int, default=None,
                        help="GPT models: tokens per sample (context length); default: the model's maximum, "
                             f"{GPT_SIZES['gpt-tiny'].max_seq_len} for gpt-tiny, 1024 for GPT-2")
@@ -160,6 +169,10 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
     problem = check_model_flags(args, world_size) if is_language_model(args.model) else check_cnn_flags(args)
     if problem:
         return problem
+    if args.init_from is not None:
+        problem = check_pretrained(args.init_from, args.model, args.vocab_size)
+        if problem:
+            return problem
     if args.parallel == "fsdp" and args.precision == "fp16":
         return ("--parallel fsdp with --precision fp16: fp16 needs a sharded gradient scaler, which this "
                 "trainer does not have; use --precision bf16")
@@ -217,9 +230,21 @@ def check_cnn_flags(args: argparse.Namespace) -> str | None:
     return None
 
 
+def check_pretrained(folder: pathlib.Path, model: str, vocab_size: int) -> str | None:
+    """A problem with --init-from FOLDER: a missing library, or any tensor whose shape config.json contradicts."""
+    if folder.joinpath(huggingface.SAFETENSORS_FILE).is_file() and importlib.util.find_spec("safetensors") is None:
+        return (f"--init-from {folder} holds {huggingface.SAFETENSORS_FILE}, which needs safetensors: "
+                "pip install safetensors")
+    try:
+        huggingface.check_weights(folder, shape_of(model), vocab_size)
+    except huggingface.PretrainedError as error:
+        return str(error)
+    return None
+
+
 def check_model_flags(args: argparse.Namespace, world_size: int) -> str | None:
     """GPT flags (--seq-len and --vocab-size already filled in by with_model_defaults), and --data-file."""
-    max_seq_len = GPT_SIZES[args.model].max_seq_len
+    max_seq_len = shape_of(args.model).max_seq_len
     if args.seq_len > max_seq_len:
         return f"--seq-len {args.seq_len} is longer than {args.model}'s context of {max_seq_len} tokens; lower it"
     if args.data_dir is not None:
@@ -283,10 +308,21 @@ def describe_model_change(saved_config: dict[str, str], args: argparse.Namespace
 
 
 def with_model_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """A copy of ARGS with a GPT model's own --seq-len and --vocab-size where they were not given."""
+    """A copy of ARGS with the model filled in (--init-from's, or the CNN), and a GPT's own --seq-len and
+    --vocab-size where they were not given. Raises PretrainedError when --init-from cannot say its model."""
+    if args.init_from is not None:
+        if args.model is not None or args.vocab_size is not None:
+            flag = "--model" if args.model is not None else "--vocab-size"
+            raise huggingface.PretrainedError(f"{flag} with --init-from: the model and its vocabulary come from "
+                                              f"{args.init_from}/config.json; drop {flag}")
+        if not args.init_from.is_dir():
+            raise huggingface.PretrainedError(f"--init-from {args.init_from} is not a directory")
+        shape, vocab_size = huggingface.read_shape(args.init_from)
+        args = argparse.Namespace(**{**vars(args), "model": huggingface.model_name(shape), "vocab_size": vocab_size})
+    args = argparse.Namespace(**{**vars(args), "model": args.model or "small"})
     if not is_language_model(args.model):
         return args
-    return argparse.Namespace(**{**vars(args), "seq_len": args.seq_len or GPT_SIZES[args.model].max_seq_len,
+    return argparse.Namespace(**{**vars(args), "seq_len": args.seq_len or shape_of(args.model).max_seq_len,
                                  "vocab_size": args.vocab_size or DEFAULT_VOCAB_SIZE[args.model]})
 
 
@@ -296,7 +332,10 @@ def parse_config(argv: Sequence[str] | None, world_size: int) -> argparse.Namesp
     For the GPT models, --seq-len and --vocab-size come back filled in with the model's defaults.
     """
     parser = build_parser()
-    args = with_model_defaults(parser.parse_args(argv))
+    try:
+        args = with_model_defaults(parser.parse_args(argv))
+    except huggingface.PretrainedError as error:
+        parser.error(str(error))
     problem = check_compatible(args, world_size)
     if problem:
         parser.error(problem)

@@ -15,7 +15,7 @@ def test_the_learning_rate_warms_up_linearly_then_decays_to_a_tenth():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--max-steps", "0"], "a positive integer"),
+    (["--max-steps", "-1"], "an integer >= 0"),
     (["--lr", "nan"], "a number > 0"),
     (["--synthetic-samples", "3", "--batch-size", "4"], "smaller than one batch"),
     (["--backend", "nccl", "--device", "cpu"], "--backend nccl needs a GPU"),
