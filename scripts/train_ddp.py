@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import pathlib
 import sys
 import time
 from typing import Any, NoReturn
@@ -44,8 +45,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from trainer import huggingface, prometheus
-from trainer.checkpoint import (CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path, load_newest_checkpoint,
-                                remove_old_checkpoints, save_checkpoint_atomically, save_sharded_checkpoint)
+from trainer.background_save import BackgroundSaver
+from trainer.checkpoint import (CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path, checkpoint_step,
+                                load_newest_checkpoint, remove_old_checkpoints, save_checkpoint_atomically,
+                                save_sharded_checkpoint)
 from trainer.config import describe_model_change, parse_config
 from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages, SyntheticTokens,
                           TokenFile, detach_from_terminal_signals, load_image_folder)
@@ -121,6 +124,9 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
 def train(state: TrainingState, reporter: MetricsReporter, stop: StopSignal) -> None:
     """Trains from STATE's step to --max-steps, or to a stop signal; saves on the way and at the end."""
     args = state.args
+    # Sharded checkpoints are written in the background; the DDP file stays synchronous (docs/training.md).
+    saver = (BackgroundSaver(state.placement.is_main, state.group)
+             if args.async_checkpoint and args.parallel == "fsdp" else None)
     prometheus.training_started(state.step)
     reporter.restart_clock(state.step)
     last_saved_step, loss_sum = state.step, torch.zeros((), device=state.device)
@@ -137,12 +143,16 @@ def train(state: TrainingState, reporter: MetricsReporter, stop: StopSignal) -> 
             mean_loss_sum, memory_per_rank = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))
             reporter.report(state.step, state.stream.epoch, mean_loss_sum, lr, memory_per_rank)
             loss_sum.zero_()
+        if saver and saver.done_everywhere():
+            finish_background_save(state, saver)
         if args.save_every and state.step % args.save_every == 0:
-            save_training_state(state)
+            save_training_state(state, saver)
             last_saved_step = state.step
 
+    if saver:  # a stop signal too waits for the save in flight, then saves the last step synchronously
+        finish_background_save(state, saver)
     if state.step > last_saved_step or args.max_steps == 0 == state.step:  # 0 steps: keep the start
-        save_training_state(state)
+        save_training_state(state, saver=None)
     dist.barrier(group=state.group)  # nobody leaves while rank 0 may still be writing
     reporter.close()
     if state.placement.is_main:
@@ -244,21 +254,26 @@ def peak_memory_bytes(state: TrainingState) -> int:
     return state_bytes(state.model, state.optimizer)
 
 
-def save_training_state(state: TrainingState) -> None:
+def save_training_state(state: TrainingState, saver: BackgroundSaver | None) -> None:
     """Everything a restart needs to continue exactly here; all ranks call it.
 
-    DDP: rank 0 writes one file. FSDP: every rank writes its shards into one folder. A full disk ends
-    the job on every rank with one line, since training on without checkpoints would lose the work the
-    next restart expects to find.
+    DDP: rank 0 writes one file. FSDP: every rank writes its shards into one folder, in the background
+    when SAVER is given (the loop then waits only for the copy; finish_background_save reports it). A
+    full disk ends the job on every rank with one line, since training on without checkpoints would
+    lose the work the next restart expects to find.
     """
     args, placement = state.args, state.placement
     sharded = args.parallel == "fsdp"
     path = checkpoint_path(args.ckpt_dir, state.step, sharded)
+    if saver:
+        finish_background_save(state, saver)  # at most one in flight: the previous one first
     started = time.perf_counter()
     snapshot = state.state_dict()
     problem: list[str | None] = [None]
     try:
-        if sharded:
+        if saver:
+            saver.start(snapshot, path)
+        elif sharded:
             save_sharded_checkpoint(snapshot, path, placement.is_main, state.group)
         elif placement.is_main:
             save_checkpoint_atomically(snapshot, path)
@@ -268,10 +283,30 @@ def save_training_state(state: TrainingState) -> None:
         dist.broadcast_object_list(problem, src=0, group=state.group)
     if problem[0]:
         exit_with_error(problem[0], placement, status=1)
-    prometheus.checkpoint_saved(time.perf_counter() - started)
-    if placement.is_main:
-        remove_old_checkpoints(args.ckpt_dir, args.keep, state.step)
-        print(f"saved checkpoint {path} in {time.perf_counter() - started:.3f} s", flush=True)
+    if saver and placement.is_main:
+        print(f"checkpoint {path}: training waited {time.perf_counter() - started:.3f} s for the copy; "
+              f"writing it in the background", flush=True)
+    elif not saver:
+        checkpoint_written(state, path, started)
+
+
+def finish_background_save(state: TrainingState, saver: BackgroundSaver) -> None:
+    """Waits for the save in flight on every rank, makes it visible and reports it; exits on a failed write."""
+    try:
+        finished = saver.finish()
+    except CheckpointWriteError as error:  # the line names the checkpoint; it ends training at this step
+        exit_with_error(str(error), state.placement, status=1)
+    if finished:
+        checkpoint_written(state, finished.path, finished.started)
+
+
+def checkpoint_written(state: TrainingState, path: pathlib.Path, started: float) -> None:
+    """Reports the checkpoint at PATH, whose save began at STARTED, and prunes the old ones."""
+    seconds = time.perf_counter() - started
+    prometheus.checkpoint_saved(seconds)
+    if state.placement.is_main:
+        remove_old_checkpoints(state.args.ckpt_dir, state.args.keep, checkpoint_step(path))
+        print(f"saved checkpoint {path} in {seconds:.3f} s", flush=True)
 
 
 def exit_with_error(message: str, placement: Placement, status: int) -> NoReturn:

@@ -132,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     system.add_argument("--save-every", type=non_negative_int, default=500,
                         help="save a checkpoint every N steps (and always at the end); 0 = only at the end")
     system.add_argument("--keep", type=positive_int, default=3, help="how many newest checkpoints to keep")
+    system.add_argument("--async-checkpoint", action=argparse.BooleanOptionalAction, default=True,
+                        help="write sharded (--parallel fsdp) checkpoints in the background: training waits only "
+                             "while the state is copied to CPU memory. One save at a time; a checkpoint appears "
+                             "only once every rank wrote it. The DDP file is always written synchronously")
     system.add_argument("--log-every", type=positive_int, default=10, help="report metrics every N steps")
     system.add_argument("--metrics-file", type=pathlib.Path, default=None,
                         help="append one JSON object per report to this file")
