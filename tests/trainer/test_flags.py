@@ -16,6 +16,7 @@ DOCUMENTED_FLAGS = [
     "--num-classes", "--num-workers", "--pin-memory", "--persistent-workers", "--ckpt-dir", "--save-every",
     "--keep", "--log-every", "--metrics-file", "--tensorboard-dir", "--peak-tflops", "--device", "--backend",
     "--pg-timeout", "--parallel", "--activation-checkpointing", "--seq-len", "--vocab-size", "--data-file",
+    "--init-from", "--prometheus-port", "--prometheus-address", "--async-checkpoint",
 ]
 
 # (flag, bad value, words the one-line message must contain)
