@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         state, reporter = build_training(args, placement=placement, device=device, group=group)
         train(state, reporter, stop)
+        del state, reporter  # the model must be garbage before finish_process_group destroys the group
     finally:
         finish_process_group()
     return 0

@@ -106,7 +106,12 @@ class Transformer(nn.Module):
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
-        return self.lm_head(self.final_norm(x))[..., :self.vocab_size]  # a view: no copy without padding
+        logits = self.lm_head(self.final_norm(x))
+        if logits.shape[-1] == self.vocab_size:
+            return logits
+        # Without the padding rows. A copy, not a view: FSDP2 warns that an in-place op on a view its
+        # module returns would skip its backward hook.
+        return logits[..., :self.vocab_size].contiguous()
 
 
 def flops_per_token(model: Transformer, seq_len: int) -> int:

@@ -123,7 +123,7 @@ def test_fsdp_fine_tunes_from_the_folder_on_text_its_tokenizer_made(torch_host, 
     expected = tokenizer.encode((shared["local"] / "text.txt").read_text(), add_special_tokens=False).ids
     assert numpy.fromfile(shared["fetch"](f"{remote}/text.bin"), dtype="<u2").tolist() == expected, prepared
     command = (f"{torchrun(f'{scripts_dir}/train_ddp.py')} --parallel fsdp --init-from {remote}/pretrained "
-               f"--data-file {remote}/text.bin --seq-len {SEQ_LEN} --batch-size 8 --num-workers 0 --lr 1e-3 "
+               f"--data-file {remote}/text.bin --seq-len {SEQ_LEN} --batch-size 2 --num-workers 0 --lr 1e-3 "
                f"--warmup-steps 2 --log-every 1 --ckpt-dir {remote}/fsdp --metrics-file {remote}/fsdp.jsonl")
     output = torch_host.check_output(f"{command} --max-steps 20 2>&1")
     assert f"starting from the pretrained weights of {remote}/pretrained" in output
