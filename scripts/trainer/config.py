@@ -218,7 +218,8 @@ def check_metrics_file(path: pathlib.Path) -> str | None:
         try:
             tempfile.TemporaryFile(dir=path.parent).close()
         except OSError as error:
-            return f"--metrics-file {path} cannot be created ({error.strerror}); choose a writable directory"
+            return (f"--metrics-file {path} cannot be written: no new file can be made in {path.parent} "
+                    f"({error.strerror}); choose a writable directory")
     except OSError as error:
         return f"--metrics-file {path} cannot be written ({error.strerror}); choose a writable path"
     return None

@@ -21,8 +21,8 @@ DOCUMENTED_FLAGS = [
 
 # (flag, bad value, words the one-line message must contain)
 BAD_VALUES = [
-    ("--max-steps", "0", "a positive integer"),
-    ("--max-steps", "ten", "a positive integer"),
+    ("--max-steps", "-1", "an integer >= 0"),
+    ("--max-steps", "ten", "an integer >= 0"),
     ("--batch-size", "-4", "a positive integer"),
     ("--grad-accum", "0", "a positive integer"),
     ("--lr", "0", "a number > 0"),
