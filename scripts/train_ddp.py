@@ -152,6 +152,7 @@ def train(state: TrainingState, reporter: MetricsReporter, stop: StopSignal) -> 
 
     if saver:  # a stop signal too waits for the save in flight, then saves the last step synchronously
         finish_background_save(state, saver)
+        saver.close()
     if state.step > last_saved_step or args.max_steps == 0 == state.step:  # 0 steps: keep the start
         save_training_state(state, saver=None)
     dist.barrier(group=state.group)  # nobody leaves while rank 0 may still be writing

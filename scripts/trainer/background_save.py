@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
 from trainer.checkpoint import (SHARDED_KEYS, ShardWriter, announce_temporary_folder, discard_failed_write,
                                 make_visible)
@@ -43,6 +44,12 @@ class BackgroundSaver:
     def __init__(self, is_main: bool, control_group: dist.ProcessGroup) -> None:
         self.is_main, self.control_group = is_main, control_group
         self.write_group = dist.new_group(backend="gloo")  # collective: every rank creates it at the same point
+        # One stager for the whole run: it keeps the CPU copy's buffers from one save to the next, so only
+        # the first save allocates them (pinned on GPU machines, for fast device-to-host copies). Reusing
+        # them is safe because a save is finished before the next one copies into them.
+        self.stager = DefaultStager(StagingOptions(use_pinned_memory=torch.cuda.is_available(),
+                                                   use_shared_memory=False, use_async_staging=False,
+                                                   use_non_blocking_copy=False))
         self.pending: PendingSave | None = None
 
     def start(self, state: dict[str, Any], path: pathlib.Path) -> None:
@@ -55,7 +62,7 @@ class BackgroundSaver:
         temporary = announce_temporary_folder(path, self.is_main, self.control_group)
         started = time.perf_counter()
         upload = dcp.async_save({key: state[key] for key in SHARDED_KEYS}, storage_writer=ShardWriter(temporary),
-                                process_group=self.write_group)
+                                process_group=self.write_group, async_stager=self.stager)
         training_state = {key: value for key, value in state.items() if key not in SHARDED_KEYS}
         self.pending = PendingSave(path, temporary, training_state, upload, started)
 
@@ -82,3 +89,7 @@ class BackgroundSaver:
             discard_failed_write(error, pending.temporary, pending.path, self.is_main)
         make_visible(pending.training_state, pending.temporary, pending.path, self.is_main, self.control_group)
         return pending
+
+    def close(self) -> None:
+        """Frees the copy's buffers; call it after the last finish()."""
+        self.stager.close()
