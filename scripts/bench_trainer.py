@@ -67,7 +67,7 @@ def run_bare_loop(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     dataset = SyntheticImages(16384, 32, 10, seed=0)
-    model = DistributedDataParallel(build_model(args.model, 10, None))
+    model = DistributedDataParallel(build_model(args.model, num_classes=10, vocab_size=None))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     sampler = DistributedSampler(dataset, seed=0, drop_last=True)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
@@ -105,7 +105,7 @@ def run_bare_fsdp_loop(args: argparse.Namespace) -> None:
 
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = build_model("gpt-tiny", 0, None)
+    model = build_model("gpt-tiny", num_classes=0, vocab_size=None)
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
