@@ -55,7 +55,8 @@ from trainer.data import (MicroBatchStream, ResumableDistributedSampler, Synthet
 from trainer.distributed import (Placement, StopSignal, choose_device, finish_process_group,
                                  read_placement, start_process_group)
 from trainer.gpt import flops_per_token
-from trainer.metrics import MetricsReporter, count_training_flops_per_sample, peak_flops, state_bytes
+from trainer.metrics import (MetricsReporter, RankTotals, count_training_flops_per_sample, peak_flops,
+                             state_bytes)
 from trainer.model import build_model, is_language_model
 from trainer.parallel import autocast_dtype, clip_gradients, gradient_sync, parallelize
 from trainer.state import TrainingState
@@ -140,9 +141,8 @@ def train(state: TrainingState, reporter: MetricsReporter, stop: StopSignal) -> 
         state.step += 1
         prometheus.step_finished(state.step)
         if state.step % args.log_every == 0 or state.step == args.max_steps:
-            # A collective: every rank sends its loss and its peak memory.
-            mean_loss_sum, memory_per_rank = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))
-            reporter.report(state.step, state.stream.epoch, mean_loss_sum, lr, memory_per_rank)
+            totals = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))  # a collective
+            reporter.report(state, lr, totals)
             loss_sum.zero_()
         if saver and saver.done_everywhere():
             finish_background_save(state, saver)
@@ -240,13 +240,13 @@ def train_one_step(state: TrainingState) -> torch.Tensor:
     return step_loss
 
 
-def gather_loss_and_memory(loss_sum: torch.Tensor, memory_bytes: int) -> tuple[float, list[int]]:
+def gather_loss_and_memory(loss_sum: torch.Tensor, memory_bytes: int) -> RankTotals:
     """The loss summed over ranks divided by the world size, and every rank's peak memory, in one collective."""
     mine = torch.tensor([loss_sum.item(), float(memory_bytes)], dtype=torch.float64, device=loss_sum.device)
     everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)
-    return (sum(values[0].item() for values in everyone) / len(everyone),
-            [int(values[1].item()) for values in everyone])
+    return RankTotals(loss_sum=sum(values[0].item() for values in everyone) / len(everyone),
+                      memory_per_rank=[int(values[1].item()) for values in everyone])
 
 
 def peak_memory_bytes(state: TrainingState) -> int:

@@ -13,7 +13,7 @@ import argparse
 import json
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -60,6 +60,14 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     return 2 * parameters + optimizer_state
 
 
+class RankTotals(NamedTuple):
+    """What the ranks gather for a report: the loss summed over the window's steps (averaged over the
+    ranks), and every rank's peak memory in bytes."""
+
+    loss_sum: float
+    memory_per_rank: list[int]
+
+
 class MetricsReporter:
     """Computes one record per report on every rank and hands it to the sinks this rank has."""
 
@@ -83,9 +91,10 @@ class MetricsReporter:
         """Starts a new averaging window at STEP (after start-up, resume or a report)."""
         self.window_start_step, self.window_start_time = step, time.perf_counter()
 
-    def report(self, step: int, epoch: int, loss_sum: float, lr: float, memory_per_rank: list[int]) -> None:
-        """Reports the window ending at STEP; LOSS_SUM is the loss summed over its steps (mean over ranks)."""
-        record = self.compute_record(step, epoch, loss_sum, lr, memory_per_rank)
+    def report(self, state: Any, lr: float, totals: RankTotals) -> None:
+        """Reports the window ending at STATE's step (a TrainingState: its step and epoch), whose loss and
+        memory the ranks gathered into TOTALS; LR is the learning rate its last step used."""
+        record = self.compute_record(state.step, state.stream.epoch, totals.loss_sum, lr, totals.memory_per_rank)
         prometheus.record_reported(record)
         if self.is_main:
             print(self.progress_line(record), flush=True)
@@ -94,8 +103,8 @@ class MetricsReporter:
         if self.tensorboard:
             for name, value in record.items():
                 if name not in ("step", "memory_gib_per_rank"):
-                    self.tensorboard.add_scalar(f"train/{name}", value, step)
-        self.restart_clock(step)
+                    self.tensorboard.add_scalar(f"train/{name}", value, state.step)
+        self.restart_clock(state.step)
 
     def compute_record(self, step: int, epoch: int, loss_sum: float, lr: float,
                        memory_per_rank: list[int]) -> dict[str, Any]:

@@ -106,7 +106,8 @@ def test_zero_steps_in_and_out_gives_the_same_logits(torch_host, scripts_dir, sh
     torch_host.check_output(f"{ENV} timeout 60 python {scripts_dir}/export_weights.py --ckpt-dir {remote}/zero "
                             f"--format hf --output {remote}/zero-hf")
     exported = shared["fetch"](f"{remote}/zero-hf")
-    assert (exported / "tokenizer.json").read_bytes() == (shared["local"] / "pretrained" / "tokenizer.json").read_bytes()
+    tokenizer_file = shared["local"] / "pretrained" / "tokenizer.json"
+    assert (exported / "tokenizer.json").read_bytes() == tokenizer_file.read_bytes()
     original = transformers.GPT2LMHeadModel.from_pretrained(shared["local"] / "pretrained").eval()
     tokens = torch.randint(50257, (2, 128), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

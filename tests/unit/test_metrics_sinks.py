@@ -12,6 +12,7 @@ import argparse
 import json
 import socket
 import time
+import types
 import urllib.request
 from collections.abc import Iterator
 
@@ -21,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from trainer import prometheus
 from trainer.distributed import Placement
-from trainer.metrics import MetricsReporter
+from trainer.metrics import MetricsReporter, RankTotals
 
 
 def free_port() -> int:
@@ -56,7 +57,8 @@ def test_the_json_line_and_the_exposition_show_the_same_report(exporter, tmp_pat
                                device=torch.device("cpu"), flops_per_sample=10**9, peak=1e12)
     reporter.restart_clock(step=0)
     time.sleep(0.05)  # a window of measurable length
-    reporter.report(4, 0, 10.0, 1e-3, [2**20, 2**21])
+    at_step_4 = types.SimpleNamespace(step=4, stream=types.SimpleNamespace(epoch=0))  # what report reads
+    reporter.report(at_step_4, 1e-3, RankTotals(loss_sum=10.0, memory_per_rank=[2**20, 2**21]))
     reporter.close()
 
     (record,) = [json.loads(line) for line in args.metrics_file.read_text().splitlines()]
