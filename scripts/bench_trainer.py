@@ -4,6 +4,8 @@
     python scripts/bench_trainer.py                  # the CNN under DDP against a bare DDP loop
     python scripts/bench_trainer.py --bench gpt      # gpt-tiny under FSDP against a bare FSDP2 loop,
                                                      # memory per rank, checkpoint save and load times
+    python scripts/bench_trainer.py --bench stall    # how long a sharded save blocks training,
+                                                     # synchronous against --async-checkpoint
 
 The bare DDP loop is what the pytorch/examples DDP tutorials do: DistributedSampler, DataLoader,
 forward, backward, AdamW step, nothing else; the bare FSDP2 loop is the same with `fully_shard` on every
@@ -32,8 +34,9 @@ NPROC = 2
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bench", choices=["cnn", "gpt"], default="cnn",
-                        help="cnn: the CNN under DDP; gpt: gpt-tiny under FSDP, memory and checkpoint times")
+    parser.add_argument("--bench", choices=["cnn", "gpt", "stall"], default="cnn",
+                        help="cnn: the CNN under DDP; gpt: gpt-tiny under FSDP, memory and checkpoint times; "
+                             "stall: the training time one sharded save of --checkpoint-model blocks, sync vs async")
     parser.add_argument("--steps", type=int, default=120, help="optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=20, help="first steps left out of the throughput")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each variant; the median is reported")
@@ -64,7 +67,7 @@ def run_bare_loop(args: argparse.Namespace) -> None:
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     dataset = SyntheticImages(16384, 32, 10, seed=0)
-    model = DistributedDataParallel(build_model(args.model, 10, None))
+    model = DistributedDataParallel(build_model(args.model, num_classes=10, vocab_size=None))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     sampler = DistributedSampler(dataset, seed=0, drop_last=True)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
@@ -102,7 +105,7 @@ def run_bare_fsdp_loop(args: argparse.Namespace) -> None:
 
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = build_model("gpt-tiny", 0, None)
+    model = build_model("gpt-tiny", num_classes=0, vocab_size=None)
     for block in model.blocks:
         fully_shard(block)
     fully_shard(model)
@@ -230,6 +233,33 @@ def print_checkpoint_times(args: argparse.Namespace) -> None:
         print(f"| {label} | {size / 1e6:.0f} | {save_s:.2f} | {load_s:.2f} |", flush=True)
 
 
+def bench_stall(args: argparse.Namespace) -> None:
+    """--checkpoint-model with AdamW under FSDP, saved at steps 5 and 10: how long the loop waited per save
+    (synchronous: the whole save; async: the copy), and the time until each checkpoint was complete."""
+    stalls: dict[str, list[float]] = {"sync": [], "async": []}
+    totals: dict[str, list[float]] = {"sync": [], "async": []}
+    for repeat in range(args.repeats):
+        for mode in ("sync", "async"):  # alternating, so background load hits both alike
+            with tempfile.TemporaryDirectory() as workdir:
+                output = torchrun([str(SCRIPTS_DIR / "train_ddp.py"), "--model", args.checkpoint_model,
+                                   "--parallel", "fsdp", "--seq-len", "32", "--batch-size", "1", "--num-workers", "0",
+                                   "--max-steps", "10", "--save-every", "5", "--log-every", "5",
+                                   f"--{'' if mode == 'async' else 'no-'}async-checkpoint", "--ckpt-dir", workdir])
+            saved = [float(seconds) for seconds in re.findall(r"saved checkpoint \S+ in ([\d.]+) s", output)]
+            waited = [float(seconds) for seconds in re.findall(r"training waited ([\d.]+) s", output)]
+            stalls[mode] += waited if mode == "async" else saved
+            totals[mode] += saved
+            print(f"repeat {repeat + 1}/{args.repeats} {mode}: blocked {stalls[mode][-2:]} s, "
+                  f"complete after {saved} s", flush=True)
+    print(f"\n{args.checkpoint_model} + AdamW, FSDP, {NPROC} CPU ranks, 2 saves per run, {args.repeats} runs each")
+    print("| save | training blocked per save (s), median | spread | until complete (s), median | spread |\n"
+          "| --- | ---: | ---: | ---: | ---: |")
+    for mode in ("sync", "async"):
+        print(f"| {mode} | {statistics.median(stalls[mode]):.2f} | {min(stalls[mode]):.2f}..{max(stalls[mode]):.2f} "
+              f"| {statistics.median(totals[mode]):.2f} | {min(totals[mode]):.2f}..{max(totals[mode]):.2f} |")
+    print(f"\nasync stall / sync stall: {statistics.median(stalls['async']) / statistics.median(stalls['sync']):.3f}")
+
+
 def main() -> None:
     args = parse_args()
     if args.bare_loop_worker:
@@ -240,6 +270,9 @@ def main() -> None:
         return
     if args.bench == "gpt":
         bench_gpt(args)
+        return
+    if args.bench == "stall":
+        bench_stall(args)
         return
     full, bare, no_periodic_ckpt = [], [], []
     for repeat in range(args.repeats):

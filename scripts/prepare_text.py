@@ -3,12 +3,15 @@
 
     python /opt/scripts/prepare_text.py book.txt book.bin                     # bytes: vocabulary 256
     python /opt/scripts/prepare_text.py book.txt book.bin --tokenizer gpt2    # GPT-2 BPE (needs tiktoken)
+    python /opt/scripts/prepare_text.py book.txt book.bin --tokenizer my-gpt2 # a checkpoint folder's own
     torchrun --nproc-per-node=2 /opt/scripts/train_ddp.py --model gpt-tiny --data-file book.bin
 
 The layout is nanoGPT's train.bin: token ids as little-endian uint16, one after another, nothing else,
 so files made by nanoGPT's prepare scripts work too. The byte tokenizer needs no download: each UTF-8
 byte is one token, which is what `gpt-tiny`'s vocabulary of 256 is for. For the GPT-2 sizes (vocabulary
-50304), `--tokenizer gpt2` uses tiktoken's GPT-2 encoding where it is installed.
+50304), `--tokenizer gpt2` uses tiktoken's GPT-2 encoding where it is installed. To fine-tune a
+Hugging Face folder (`train_ddp.py --init-from DIR`), `--tokenizer DIR` uses that folder's own
+tokenizer.json (or vocab.json and merges.txt) through the `tokenizers` library; nothing is downloaded.
 """
 from __future__ import annotations
 
@@ -25,9 +28,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = OneLineErrorParser(prog="prepare_text.py", description=__doc__.splitlines()[0])
     parser.add_argument("text", type=pathlib.Path, help="UTF-8 text file to tokenize")
     parser.add_argument("output", type=pathlib.Path, help="where to write the uint16 token file")
-    parser.add_argument("--tokenizer", choices=["bytes", "gpt2"], default="bytes",
-                        help="bytes: one token per UTF-8 byte (vocabulary 256); gpt2: GPT-2 BPE via tiktoken")
+    parser.add_argument("--tokenizer", default="bytes", metavar="bytes|gpt2|DIR",
+                        help="bytes: one token per UTF-8 byte (vocabulary 256); gpt2: GPT-2 BPE via tiktoken; "
+                             "DIR: the tokenizer files of a Hugging Face folder (tokenizer.json, or vocab.json "
+                             "and merges.txt), as the one train_ddp.py --init-from DIR fine-tunes")
     args = parser.parse_args(argv)
+    if args.tokenizer not in ("bytes", "gpt2"):
+        folder = pathlib.Path(args.tokenizer)
+        if not folder.is_dir():
+            parser.error(f"--tokenizer {args.tokenizer} is neither bytes, gpt2 nor a directory")
+        if not (folder / "tokenizer.json").is_file() and not (folder / "vocab.json").is_file():
+            parser.error(f"--tokenizer {folder} holds no tokenizer.json nor vocab.json and merges.txt")
     if not args.text.is_file():
         parser.error(f"{args.text} is not a file")
     if not args.output.parent.is_dir():
@@ -37,29 +48,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def tokenize(text: bytes, tokenizer: str) -> np.ndarray:
+def tokenize(text: bytes, tokenizer: str) -> tuple[np.ndarray, int]:
+    """TEXT's token ids and the size of the vocabulary they come from."""
     if tokenizer == "bytes":
-        return np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
+        return np.frombuffer(text, dtype=np.uint8).astype(np.uint16), 256
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError as error:
+        sys.exit(f"prepare_text.py: error: the text is not UTF-8 ({error}); convert it or use --tokenizer bytes")
+    if tokenizer != "gpt2":
+        return tokenize_with_folder(decoded, pathlib.Path(tokenizer))
     try:
         import tiktoken
     except ImportError:
         sys.exit("prepare_text.py: error: --tokenizer gpt2 needs tiktoken (pip install tiktoken), "
                  "or use --tokenizer bytes")
+    return np.array(tiktoken.get_encoding("gpt2").encode_ordinary(decoded), dtype=np.uint16), 50257
+
+
+def tokenize_with_folder(text: str, folder: pathlib.Path) -> tuple[np.ndarray, int]:
+    """TEXT encoded by FOLDER's own tokenizer, without special tokens (the text is plain text)."""
     try:
-        decoded = text.decode("utf-8")
-    except UnicodeDecodeError as error:
-        sys.exit(f"prepare_text.py: error: the text is not UTF-8 ({error}); convert it or use --tokenizer bytes")
-    return np.array(tiktoken.get_encoding("gpt2").encode_ordinary(decoded), dtype=np.uint16)
+        import tokenizers
+    except ImportError:
+        sys.exit("prepare_text.py: error: --tokenizer DIR needs the tokenizers package (pip install tokenizers)")
+    if (folder / "tokenizer.json").is_file():
+        tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    else:  # GPT-2's original files: a byte-level BPE
+        tokenizer = tokenizers.ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    vocab_size = tokenizer.get_vocab_size()
+    if vocab_size > 2**16:
+        sys.exit(f"prepare_text.py: error: {folder}'s vocabulary has {vocab_size} tokens, more than the "
+                 f"65536 a uint16 token file can hold")
+    return np.array(tokenizer.encode(text, add_special_tokens=False).ids, dtype=np.uint16), vocab_size
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    tokens = tokenize(args.text.read_bytes(), args.tokenizer)
+    tokens, vocab_size = tokenize(args.text.read_bytes(), args.tokenizer)
     if len(tokens) < 2:
         sys.exit(f"prepare_text.py: error: {args.text} gives {len(tokens)} token(s); training needs at least 2")
     tokens.astype("<u2").tofile(args.output)
-    print(f"wrote {len(tokens):,} tokens ({args.tokenizer}, vocabulary {256 if args.tokenizer == 'bytes' else 50257}, "
-          f"max id {int(tokens.max())}) to {args.output}")
+    print(f"wrote {len(tokens):,} tokens ({args.tokenizer}, vocabulary {vocab_size}, max id {int(tokens.max())}) "
+          f"to {args.output}")
     return 0
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import pathlib
 import sys
 import time
 from typing import Any, NoReturn
@@ -43,16 +44,19 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from trainer import prometheus
-from trainer.checkpoint import (CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path, load_newest_checkpoint,
-                                remove_old_checkpoints, save_checkpoint_atomically, save_sharded_checkpoint)
+from trainer import huggingface, prometheus
+from trainer.background_save import BackgroundSaver
+from trainer.checkpoint import (CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path, checkpoint_step,
+                                load_newest_checkpoint, remove_old_checkpoints, save_checkpoint_atomically,
+                                save_sharded_checkpoint)
 from trainer.config import describe_model_change, parse_config
 from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages, SyntheticTokens,
                           TokenFile, detach_from_terminal_signals, load_image_folder)
 from trainer.distributed import (Placement, StopSignal, choose_device, finish_process_group,
                                  read_placement, start_process_group)
 from trainer.gpt import flops_per_token
-from trainer.metrics import MetricsReporter, count_training_flops_per_sample, peak_flops, state_bytes
+from trainer.metrics import (MetricsReporter, RankTotals, count_training_flops_per_sample, peak_flops,
+                             state_bytes)
 from trainer.model import build_model, is_language_model
 from trainer.parallel import autocast_dtype, clip_gradients, gradient_sync, parallelize
 from trainer.state import TrainingState
@@ -63,95 +67,114 @@ PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float
 def main(argv: list[str] | None = None) -> int:
     placement = read_placement()
     args = parse_config(argv, placement.world_size)  # bad flags end here, before any rendezvous
-    prometheus.serve(args.prometheus_port, placement)  # a taken port ends here too
+    prometheus.serve(args.prometheus_address, args.prometheus_port, placement)  # a taken port ends here too
     device = choose_device(args.device, placement)
-    control_group = start_process_group(placement, device, args.backend, args.pg_timeout)
+    group = start_process_group(placement, device=device, backend=args.backend, timeout_s=args.pg_timeout)
     # From here on SIGTERM/SIGINT means "stop at the next step boundary". Not earlier: a signal during
     # the rendezvous must still end the process, which has nothing to save yet.
     stop = StopSignal()
     try:
-        train(args, placement, device, control_group, stop)
+        state, reporter = build_training(args, placement=placement, device=device, group=group)
+        train(state, reporter, stop)
+        del state, reporter  # the model must be garbage before finish_process_group destroys the group
     finally:
         finish_process_group()
     return 0
 
 
-def train(args: argparse.Namespace, placement: Placement, device: torch.device,
-          control_group: dist.ProcessGroup, stop: StopSignal) -> None:
+def build_training(args: argparse.Namespace, *, placement: Placement, device: torch.device,
+                   group: dist.ProcessGroup) -> tuple[TrainingState, MetricsReporter]:
+    """The model spread over the ranks with its optimizer, schedule and data stream, resumed where the
+    newest checkpoint in --ckpt-dir left off (or at step 0); and the reporter of its metrics."""
     precision = choose_precision(args.precision, device)
     dataset, num_classes = build_dataset(args)
     torch.manual_seed(args.seed)  # identical initial weights on every rank and in every run
-    model = build_model(args.model, num_classes, args.vocab_size).to(device)
-    parameter_count = sum(p.numel() for p in model.parameters())
+    model = build_model(args.model, num_classes=num_classes, vocab_size=args.vocab_size,
+                        padded_vocab_size=huggingface.padded(args.vocab_size) if args.init_from else None)
+    if args.init_from:  # on the bare model, so DDP and FSDP at any world size start from the same full weights
+        huggingface.load_pretrained(model, args.init_from)
+    model = model.to(device)
     peak = peak_flops(device, args.peak_tflops)
-    flops_per_sample = (training_flops_per_sample(model, dataset, args, device) if placement.is_main and peak
-                        else None)
+    reporter = MetricsReporter(args, placement=placement, device=device, peak=peak,  # counted before DDP wraps it
+                               flops_per_sample=training_flops_per_sample(model, dataset, args) if peak else None)
     torch.manual_seed(args.seed + placement.rank)  # per-rank RNG streams, e.g. for dropout or augmentation
 
     # DDP or FSDP, activation checkpointing, per-block compile: trainer.parallel holds every difference.
-    model = parallelize(model, args.parallel, precision, device, args.activation_checkpointing, args.compile)
+    model = parallelize(model, parallel=args.parallel, precision=precision, device=device,
+                        activation_checkpointing=args.activation_checkpointing, compile_blocks=args.compile)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
                                   fused=device.type == "cuda")
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: warmup_then_cosine(step, args.warmup_steps, args.max_steps))
     # The scaler only acts for fp16, whose narrow range would underflow small gradients.
     scaler = torch.amp.GradScaler(device.type, enabled=precision == torch.float16)
-
     sampler = ResumableDistributedSampler(dataset, seed=args.seed)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
                         num_workers=args.num_workers, worker_init_fn=detach_from_terminal_signals,
                         pin_memory=device.type == "cuda" if args.pin_memory is None else args.pin_memory,
                         persistent_workers=args.persistent_workers and args.num_workers > 0)
-    stream = MicroBatchStream(loader, sampler, epoch=0, batches_done=0)
-    state = TrainingState(model, optimizer, scaler, scheduler, stream, args, placement.world_size, control_group)
-    args.ckpt_dir.mkdir(parents=True, exist_ok=True)
-    resume_from_newest_checkpoint(state, args, placement, control_group)
+    state = TrainingState(model, optimizer=optimizer, scaler=scaler, scheduler=scheduler,
+                          stream=MicroBatchStream(loader, sampler, epoch=0, batches_done=0), args=args,
+                          placement=placement, device=device, precision=precision, group=group)
+    args.ckpt_dir.mkdir(parents=True, exist_ok=True)  # every rank at once: exist_ok makes that safe
+    resume_from_newest_checkpoint(state)
+    if placement.is_main:
+        print(start_line(state), flush=True)
+    return state, reporter
 
-    global_batch = args.batch_size * args.grad_accum * placement.world_size
-    reporter = (MetricsReporter(args.max_steps, global_batch, args.seq_len, args.metrics_file, args.tensorboard_dir,
-                                device, flops_per_sample, peak) if placement.is_main else None)
-    prometheus.describe_run(state.step, global_batch, flops_per_sample, peak,
-                            tokens_per_sample=args.seq_len if is_language_model(args.model) else None)
-    if reporter:
-        print(f"training {args.model} ({parameter_count:,} parameters) on {placement.world_size} rank(s) with "
-              f"{args.parallel}, {device.type}, {dist.get_backend()}, {str(precision).removeprefix('torch.')}, "
-              f"global batch {global_batch}, {len(sampler) // args.batch_size} micro-batches per epoch per rank",
-              flush=True)
-        reporter.restart_clock(state.step)
 
-    last_saved_step, loss_sum = state.step, torch.zeros((), device=device)
-    autocast = autocast_dtype(args.parallel, precision)
+def train(state: TrainingState, reporter: MetricsReporter, stop: StopSignal) -> None:
+    """Trains from STATE's step to --max-steps, or to a stop signal; saves on the way and at the end."""
+    args = state.args
+    # Sharded checkpoints are written in the background; the DDP file stays synchronous (docs/training.md).
+    saver = (BackgroundSaver(state.placement.is_main, state.group)
+             if args.async_checkpoint and args.parallel == "fsdp" else None)
+    prometheus.training_started(state.step)
+    reporter.restart_clock(state.step)
+    last_saved_step, loss_sum = state.step, torch.zeros((), device=state.device)
     while state.step < args.max_steps:
-        if stop.agreed_by_any_rank(control_group):  # every rank sees the same answer at the same step
+        if stop.agreed_by_any_rank(state.group):  # every rank sees the same answer at the same step
             break
-        lr = scheduler.get_last_lr()[0]
-        loss_sum += train_one_step(model, stream, optimizer, scaler, args, device, autocast)
-        scheduler.step()
+        lr = state.scheduler.get_last_lr()[0]
+        loss_sum += train_one_step(state)
+        state.scheduler.step()
         state.step += 1
         prometheus.step_finished(state.step)
         if state.step % args.log_every == 0 or state.step == args.max_steps:
-            steps_in_window = state.step - reporter.window_start_step if reporter else 0
-            # A collective: every rank sends its loss and its peak memory.
-            mean_loss, memory_per_rank = gather_loss_and_memory(loss_sum, peak_memory_bytes(model, optimizer, device))
-            if reporter:
-                reporter.report(state.step, stream.epoch, mean_loss / steps_in_window, lr, memory_per_rank)
-            prometheus.loss_reported(mean_loss, lr)
+            totals = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))  # a collective
+            reporter.report(state, lr, totals)
             loss_sum.zero_()
+        if saver and saver.done_everywhere():
+            finish_background_save(state, saver)
         if args.save_every and state.step % args.save_every == 0:
-            save_training_state(state, args, placement, control_group)
+            save_training_state(state, saver)
             last_saved_step = state.step
 
-    if state.step > last_saved_step:
-        save_training_state(state, args, placement, control_group)
-    dist.barrier(group=control_group)  # nobody leaves while rank 0 may still be writing
-    if reporter:
-        reporter.close()
-        if state.step < args.max_steps:
-            why = stop.received or "a stop signal on another rank"
-            print(f"stopped by {why} at step {state.step}/{args.max_steps}; run the same command again to resume",
-                  flush=True)
-        else:
-            print(f"done: {state.step} steps, checkpoints in {args.ckpt_dir}", flush=True)
+    if saver:  # a stop signal too waits for the save in flight, then saves the last step synchronously
+        finish_background_save(state, saver)
+        saver.close()
+    if state.step > last_saved_step or args.max_steps == 0 == state.step:  # 0 steps: keep the start
+        save_training_state(state, saver=None)
+    dist.barrier(group=state.group)  # nobody leaves while rank 0 may still be writing
+    reporter.close()
+    if state.placement.is_main:
+        print(end_line(state, stop), flush=True)
+
+
+def start_line(state: TrainingState) -> str:
+    args, world_size = state.args, state.placement.world_size
+    parameter_count = sum(p.numel() for p in state.model.parameters())  # a DTensor's numel is the whole tensor's
+    return (f"training {args.model} ({parameter_count:,} parameters) on {world_size} rank(s) with {args.parallel}, "
+            f"{state.device.type}, {dist.get_backend()}, {str(state.precision).removeprefix('torch.')}, "
+            f"global batch {args.batch_size * args.grad_accum * world_size}, "
+            f"{len(state.stream.sampler) // args.batch_size} micro-batches per epoch per rank")
+
+
+def end_line(state: TrainingState, stop: StopSignal) -> str:
+    if state.step < state.args.max_steps:
+        why = stop.received or "a stop signal on another rank"
+        return f"stopped by {why} at step {state.step}/{state.args.max_steps}; run the same command again to resume"
+    return f"done: {state.step} steps, checkpoints in {state.args.ckpt_dir}"
 
 
 def choose_precision(requested: str, device: torch.device) -> torch.dtype:
@@ -175,12 +198,12 @@ def build_dataset(args: argparse.Namespace) -> tuple[Dataset, int]:
     return SyntheticImages(args.synthetic_samples, args.image_size, args.num_classes, args.seed), args.num_classes
 
 
-def training_flops_per_sample(model: nn.Module, dataset: Dataset, args: argparse.Namespace,
-                              device: torch.device) -> int:
-    """FLOPs of one training sample, for MFU: the PaLM formula for a GPT, counted by running the CNN once."""
+def training_flops_per_sample(model: nn.Module, dataset: Dataset, args: argparse.Namespace) -> int:
+    """FLOPs of one training sample, for MFU: the PaLM formula for a GPT, counted by running the CNN once
+    (on the bare model: under DDP its backward would start an all-reduce)."""
     if is_language_model(args.model):
         return flops_per_token(model, args.seq_len) * args.seq_len
-    return count_training_flops_per_sample(model, dataset[0][0].to(device))
+    return count_training_flops_per_sample(model, dataset[0][0].to(next(model.parameters()).device))
 
 
 def warmup_then_cosine(step: int, warmup_steps: int, max_steps: int) -> float:
@@ -191,75 +214,101 @@ def warmup_then_cosine(step: int, warmup_steps: int, max_steps: int) -> float:
     return 0.1 + 0.45 * (1 + math.cos(math.pi * progress))
 
 
-def train_one_step(model: nn.Module, stream: MicroBatchStream, optimizer: torch.optim.Optimizer,
-                   scaler: torch.amp.GradScaler, args: argparse.Namespace, device: torch.device,
-                   autocast: torch.dtype | None) -> torch.Tensor:
+def train_one_step(state: TrainingState) -> torch.Tensor:
     """One optimizer step over --grad-accum micro-batches; returns the step's loss, left on the device."""
+    model, optimizer, scaler, device = state.model, state.optimizer, state.scaler, state.device
+    grad_accum = state.args.grad_accum
+    autocast = autocast_dtype(state.args.parallel, state.precision)
     step_loss = torch.zeros((), device=device)
-    for micro_step in range(args.grad_accum):
-        inputs, targets = stream.next_batch()
+    for micro_step in range(grad_accum):
+        inputs, targets = state.stream.next_batch()
         inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         # Gradients are reduced once per step, on the last micro-batch; before it they just add up.
-        with gradient_sync(model, enabled=micro_step == args.grad_accum - 1):
+        with gradient_sync(model, enabled=micro_step == grad_accum - 1):
             with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
                 outputs = model(inputs)
                 # flatten: a GPT predicts every position of every sequence, a CNN one class per image
-                loss = F.cross_entropy(outputs.flatten(0, -2).float(), targets.flatten()) / args.grad_accum
+                loss = F.cross_entropy(outputs.flatten(0, -2).float(), targets.flatten()) / grad_accum
             scaler.scale(loss).backward()
         step_loss += loss.detach()
-    if args.grad_clip > 0:
+    if state.args.grad_clip > 0:
         scaler.unscale_(optimizer)  # clip the real gradients, not the loss-scaled ones
-        clip_gradients(model, args.grad_clip)
+        clip_gradients(model, state.args.grad_clip)
     scaler.step(optimizer)  # skips the update if fp16 gradients overflowed
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return step_loss
 
 
-def gather_loss_and_memory(loss_sum: torch.Tensor, memory_bytes: int) -> tuple[float, list[int]]:
+def gather_loss_and_memory(loss_sum: torch.Tensor, memory_bytes: int) -> RankTotals:
     """The loss summed over ranks divided by the world size, and every rank's peak memory, in one collective."""
     mine = torch.tensor([loss_sum.item(), float(memory_bytes)], dtype=torch.float64, device=loss_sum.device)
     everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)
-    return (sum(values[0].item() for values in everyone) / len(everyone),
-            [int(values[1].item()) for values in everyone])
+    return RankTotals(loss_sum=sum(values[0].item() for values in everyone) / len(everyone),
+                      memory_per_rank=[int(values[1].item()) for values in everyone])
 
 
-def peak_memory_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device) -> int:
+def peak_memory_bytes(state: TrainingState) -> int:
     """This rank's peak memory: the GPU's max allocated, or on CPU the training state the rank holds."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device)
-    return state_bytes(model, optimizer)
+    if state.device.type == "cuda":
+        return torch.cuda.max_memory_allocated(state.device)
+    return state_bytes(state.model, state.optimizer)
 
 
-def save_training_state(state: TrainingState, args: argparse.Namespace, placement: Placement,
-                        control_group: dist.ProcessGroup) -> None:
+def save_training_state(state: TrainingState, saver: BackgroundSaver | None) -> None:
     """Everything a restart needs to continue exactly here; all ranks call it.
 
-    DDP: rank 0 writes one file. FSDP: every rank writes its shards into one folder. A full disk ends
-    the job on every rank with one line, since training on without checkpoints would lose the work the
-    next restart expects to find.
+    DDP: rank 0 writes one file. FSDP: every rank writes its shards into one folder, in the background
+    when SAVER is given (the loop then waits only for the copy; finish_background_save reports it). A
+    full disk ends the job on every rank with one line, since training on without checkpoints would
+    lose the work the next restart expects to find.
     """
+    args, placement = state.args, state.placement
     sharded = args.parallel == "fsdp"
     path = checkpoint_path(args.ckpt_dir, state.step, sharded)
+    if saver:
+        finish_background_save(state, saver)  # at most one in flight: the previous one first
     started = time.perf_counter()
     snapshot = state.state_dict()
     problem: list[str | None] = [None]
     try:
-        if sharded:
-            save_sharded_checkpoint(snapshot, path, placement.is_main, control_group)
+        if saver:
+            saver.start(snapshot, path)
+        elif sharded:
+            save_sharded_checkpoint(snapshot, path, placement.is_main, state.group)
         elif placement.is_main:
             save_checkpoint_atomically(snapshot, path)
     except CheckpointWriteError as error:
         problem[0] = str(error)
     if not sharded:  # only rank 0 knows how its write went; sharded saves fail on every rank alike
-        dist.broadcast_object_list(problem, src=0, group=control_group)
+        dist.broadcast_object_list(problem, src=0, group=state.group)
     if problem[0]:
         exit_with_error(problem[0], placement, status=1)
-    prometheus.checkpoint_saved(time.perf_counter() - started)
-    if placement.is_main:
-        remove_old_checkpoints(args.ckpt_dir, args.keep, state.step)
-        print(f"saved checkpoint {path} in {time.perf_counter() - started:.3f} s", flush=True)
+    if saver and placement.is_main:
+        print(f"checkpoint {path}: training waited {time.perf_counter() - started:.3f} s for the copy; "
+              f"writing it in the background", flush=True)
+    elif not saver:
+        checkpoint_written(state, path, started)
+
+
+def finish_background_save(state: TrainingState, saver: BackgroundSaver) -> None:
+    """Waits for the save in flight on every rank, makes it visible and reports it; exits on a failed write."""
+    try:
+        finished = saver.finish()
+    except CheckpointWriteError as error:  # the line names the checkpoint; it ends training at this step
+        exit_with_error(str(error), state.placement, status=1)
+    if finished:
+        checkpoint_written(state, finished.path, finished.started)
+
+
+def checkpoint_written(state: TrainingState, path: pathlib.Path, started: float) -> None:
+    """Reports the checkpoint at PATH, whose save began at STARTED, and prunes the old ones."""
+    seconds = time.perf_counter() - started
+    prometheus.checkpoint_saved(seconds)
+    if state.placement.is_main:
+        remove_old_checkpoints(state.args.ckpt_dir, state.args.keep, checkpoint_step(path))
+        print(f"saved checkpoint {path} in {seconds:.3f} s", flush=True)
 
 
 def exit_with_error(message: str, placement: Placement, status: int) -> NoReturn:
@@ -269,13 +318,14 @@ def exit_with_error(message: str, placement: Placement, status: int) -> NoReturn
     sys.exit(status)
 
 
-def resume_from_newest_checkpoint(state: TrainingState, args: argparse.Namespace, placement: Placement,
-                                  control_group: dist.ProcessGroup) -> None:
+def resume_from_newest_checkpoint(state: TrainingState) -> None:
     """Loads the newest readable checkpoint in --ckpt-dir into STATE; a fresh folder leaves it at step 0.
 
     Every rank reads the checkpoint itself (a file, or the parts of a sharded folder it needs); the
     ranks then check they found the same step, which fails when --ckpt-dir is not shared between nodes.
     """
+    args, placement = state.args, state.placement
+
     def check_config(saved_config: dict[str, str]) -> str | None:
         change = describe_model_change(saved_config, args)
         return change and (f"--ckpt-dir {args.ckpt_dir} holds a checkpoint of another model ({change}): "
@@ -287,15 +337,19 @@ def resume_from_newest_checkpoint(state: TrainingState, args: argparse.Namespace
     except IncompatibleCheckpoint as error:  # same answer on every rank: they read the same config
         exit_with_error(str(error), placement, status=2)
     found_steps: list[Any] = [None] * placement.world_size
-    dist.all_gather_object(found_steps, loaded["step"] if loaded else 0, group=control_group)
+    dist.all_gather_object(found_steps, loaded["step"] if loaded else 0, group=state.group)
     if len(set(found_steps)) > 1:
         exit_with_error(f"ranks found different checkpoints (steps {found_steps}): --ckpt-dir must be shared "
                         f"by all nodes", placement, status=1)
     if loaded is None:
+        if placement.is_main and args.init_from:
+            print(f"starting from the pretrained weights of {args.init_from}", flush=True)
         return
     state.load_state_dict(loaded)
     if placement.is_main:
-        print(f"resumed from {loaded['path']}: step {loaded['step']}, epoch {loaded['epoch']}, "
+        # A restarted fine-tuning job continues its own progress; the pretrained weights are only its start.
+        instead = f", not from the pretrained --init-from {args.init_from}" if args.init_from else ""
+        print(f"resumed from {loaded['path']}{instead}: step {loaded['step']}, epoch {loaded['epoch']}, "
               f"{loaded['samples_in_epoch']} samples into the epoch, loaded in {time.perf_counter() - started:.3f} s",
               flush=True)
 

@@ -34,14 +34,15 @@ sys.path.insert(0, "/opt/scripts")
 from prometheus_client import generate_latest
 from trainer import prometheus
 from trainer.distributed import Placement
-prometheus.serve(9402, Placement(rank=0, local_rank=0, world_size=8))
-prometheus.describe_run(0, 256, 10**9, 1e15)
+prometheus.serve("127.0.0.1", 9402, Placement(rank=0, local_rank=0, world_size=8))
+prometheus.training_started(0)
+record = {"loss": 2.5, "lr": 1e-3, "samples_per_sec": 512.0, "tokens_per_sec": 524288.0, "mfu": 0.4}
 steps = 200_000
 started = time.perf_counter()
 for step in range(1, steps + 1):
     prometheus.step_finished(step)
     if step % 10 == 0:
-        prometheus.loss_reported(2.5, 1e-3)
+        prometheus.record_reported(record)
 per_step = (time.perf_counter() - started) / steps
 registry = prometheus._exporter.registry
 per_scrape = timeit.timeit(lambda: generate_latest(registry), number=500) / 500

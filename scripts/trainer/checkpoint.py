@@ -20,7 +20,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -111,25 +111,43 @@ def save_sharded_checkpoint(state: dict[str, Any], path: pathlib.Path, is_main: 
                             group: dist.ProcessGroup) -> None:
     """Writes STATE as the folder PATH; every rank calls it and writes its own shards.
 
-    Rank 0 creates a fresh temporary folder (mkdir fails on any existing name, a planted link included)
-    and tells the others its name; all ranks write into it; torch.distributed.checkpoint's last step
-    has rank 0 write the metadata once every rank has finished. Only then does rank 0 add the training
-    state and rename the folder, so a crash at any moment leaves no folder or a complete one.
-    Raises CheckpointWriteError on every rank, with the temporary folder removed, when a disk is full.
+    All ranks write into a fresh temporary folder (announce_temporary_folder);
+    torch.distributed.checkpoint's last step has rank 0 write the metadata once every rank has finished.
+    Only then does rank 0 add the training state and rename the folder (make_visible), so a crash at
+    any moment leaves no folder or a complete one. Raises CheckpointWriteError on every rank, with the
+    temporary folder removed, when a disk is full.
     """
+    temporary = announce_temporary_folder(path, is_main, group)
+    try:
+        dcp.save({key: state[key] for key in SHARDED_KEYS}, storage_writer=ShardWriter(temporary))
+    except CheckpointException as error:  # every rank gets the same one: DCP gathers all ranks' failures
+        discard_failed_write(error, temporary, path, is_main)
+    make_visible(state, temporary, path, is_main, group)
+
+
+def announce_temporary_folder(path: pathlib.Path, is_main: bool, group: dist.ProcessGroup) -> pathlib.Path:
+    """A fresh folder beside PATH that rank 0 creates (mkdir fails on any existing name, a planted link
+    included) and names to every rank."""
     announced: list[Any] = [None]
     if is_main:
         announced[0] = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         os.mkdir(announced[0])
     dist.broadcast_object_list(announced, src=0, group=group)
-    temporary: pathlib.Path = announced[0]
-    try:
-        dcp.save({key: state[key] for key in SHARDED_KEYS}, storage_writer=ShardWriter(temporary))
-    except CheckpointException as error:  # every rank gets the same one: DCP gathers all ranks' failures
-        if is_main:
-            shutil.rmtree(temporary, ignore_errors=True)
-        raise_if_out_of_space(error, path)
-        raise
+    return announced[0]
+
+
+def discard_failed_write(error: BaseException, temporary: pathlib.Path, path: pathlib.Path, is_main: bool) -> NoReturn:
+    """Removes the temporary folder of a failed sharded write; raises CheckpointWriteError for a full disk."""
+    if is_main:
+        shutil.rmtree(temporary, ignore_errors=True)
+    raise_if_out_of_space(error, path)
+    raise error
+
+
+def make_visible(state: dict[str, Any], temporary: pathlib.Path, path: pathlib.Path, is_main: bool,
+                 group: dist.ProcessGroup) -> None:
+    """Once every rank's shards are in TEMPORARY: rank 0 adds STATE's training state and renames the
+    folder to PATH. Collective; raises CheckpointWriteError on every rank when that write fails."""
     problem: list[str | None] = [None]
     if is_main:
         try:

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import ipaddress
 import math
 import os
 import pathlib
 import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 
 import torch
 
+from trainer import huggingface
 from trainer.cli import OneLineErrorParser
 from trainer.gpt import DEFAULT_VOCAB_SIZE, GPT_SIZES
+from trainer.huggingface import shape_of
 from trainer.model import MODEL_NAMES, is_language_model
 
 
@@ -41,6 +45,14 @@ positive_float = bounded(float, lambda value: math.isfinite(value) and value > 0
 tcp_port = bounded(int, lambda value: 1 <= value <= 65535, "a TCP port (1-65535)")
 
 
+def ip_address(text: str) -> str:
+    """An argparse type: an IPv4 or IPv6 address to listen on (a host name would need a lookup)."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an IP address such as 0.0.0.0 or 127.0.0.1, got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="train_ddp.py", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -49,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "one process). It resumes from the newest checkpoint in --ckpt-dir and stops cleanly, with "
                     "a checkpoint, on SIGTERM/SIGINT. DDP or FSDP? See docs/training.md.")
     run = parser.add_argument_group("training")
-    run.add_argument("--max-steps", type=positive_int, default=1000, help="optimizer steps to train in total")
+    run.add_argument("--max-steps", type=non_negative_int, default=1000,
+                     help="optimizer steps to train in total; 0 saves the starting weights as a checkpoint "
+                          "(with --init-from: converts the folder, e.g. to export it again)")
     run.add_argument("--batch-size", type=positive_int, default=32,
                      help="samples per rank per micro-step; global batch = batch-size x grad-accum x world size")
     run.add_argument("--grad-accum", type=positive_int, default=1,
@@ -77,10 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seed of the data, the initial weights and (plus the rank) each rank's RNG")
 
     model = parser.add_argument_group("model and data")
-    model.add_argument("--model", choices=MODEL_NAMES, default="small",
+    model.add_argument("--model", choices=MODEL_NAMES, default=None,
                        help="tiny/small/base: the residual CNN on images; gpt-tiny (0.5M parameters, for CPU "
                             "tests), gpt2-small (124M), gpt2-medium (350M), gpt2-large (774M): GPT-2 style "
-                            "Transformers on tokens")
+                            "Transformers on tokens. Default: small, or with --init-from the folder's own model")
+    model.add_argument("--init-from", type=pathlib.Path, default=None, metavar="DIR",
+                       help="fine-tune a Hugging Face GPT-2 folder (config.json with model_type gpt2, and "
+                            "model.safetensors or pytorch_model.bin): its config.json gives the model's size and "
+                            "vocabulary, its weights the start. A checkpoint in --ckpt-dir is resumed instead, "
+                            "so a restarted job never goes back to the pretrained weights")
     model.add_argument("--seq-len", type=positive_int, default=None,
                        help="GPT models: tokens per sample (context length); default: the model's maximum, "
                             f"{GPT_SIZES['gpt-tiny'].max_seq_len} for gpt-tiny, 1024 for GPT-2")
@@ -113,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     system.add_argument("--save-every", type=non_negative_int, default=500,
                         help="save a checkpoint every N steps (and always at the end); 0 = only at the end")
     system.add_argument("--keep", type=positive_int, default=3, help="how many newest checkpoints to keep")
+    system.add_argument("--async-checkpoint", action=argparse.BooleanOptionalAction, default=True,
+                        help="write sharded (--parallel fsdp) checkpoints in the background: training waits only "
+                             "while the state is copied to CPU memory. One save at a time; a checkpoint appears "
+                             "only once every rank wrote it. The DDP file is always written synchronously")
     system.add_argument("--log-every", type=positive_int, default=10, help="report metrics every N steps")
     system.add_argument("--metrics-file", type=pathlib.Path, default=None,
                         help="append one JSON object per report to this file")
@@ -122,7 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="peak TFLOP/s of one device, for MFU (default: known GPUs only)")
     system.add_argument("--prometheus-port", type=tcp_port, default=None,
                         help="serve Prometheus metrics on this port from local rank 0 of every node "
-                             "(docs/monitoring.md)")
+                             "(docs/monitoring.md); unauthenticated, so see --prometheus-address")
+    system.add_argument("--prometheus-address", type=ip_address, default="0.0.0.0",
+                        help="the address /metrics listens on: 0.0.0.0 (every interface, for a Prometheus "
+                             "in another container or host), 127.0.0.1 (this host only), or one interface's IP")
     system.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                         help="auto = this rank's GPU (LOCAL_RANK) when CUDA is available, else the CPU")
     system.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
@@ -147,6 +173,10 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
     problem = check_model_flags(args, world_size) if is_language_model(args.model) else check_cnn_flags(args)
     if problem:
         return problem
+    if args.init_from is not None:
+        problem = check_pretrained(args.init_from, args.model, args.vocab_size)
+        if problem:
+            return problem
     if args.parallel == "fsdp" and args.precision == "fp16":
         return ("--parallel fsdp with --precision fp16: fp16 needs a sharded gradient scaler, which this "
                 "trainer does not have; use --precision bf16")
@@ -171,22 +201,27 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
 
 
 def check_metrics_file(path: pathlib.Path) -> str | None:
-    """A problem that would stop rank 0 appending to PATH, found by opening it as the reporter will.
+    """A problem that would stop rank 0 appending to PATH, found by trying what the reporter will do.
 
-    Opening is the only check that tells the truth for root, network file systems and read-only mounts;
-    a file that did not exist is removed again, so a rejected run leaves nothing behind.
+    Only trying tells the truth for root, network file systems and read-only mounts. Every rank runs
+    this at the same moment, so it creates nothing another rank could see: an existing file is opened
+    for appending without O_CREAT, and a new one is stood in for by a file of this process's own,
+    which tempfile names uniquely and removes.
     """
     if not path.parent.is_dir():
         return f"--metrics-file {path}: directory {path.parent} does not exist"
     if path.is_dir():
         return f"--metrics-file {path} is a directory; name a file in it, e.g. {path / 'metrics.jsonl'}"
-    existed = path.exists()
     try:
-        open(path, "a").close()
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+    except FileNotFoundError:
+        try:
+            tempfile.TemporaryFile(dir=path.parent).close()
+        except OSError as error:
+            return (f"--metrics-file {path} cannot be written: no new file can be made in {path.parent} "
+                    f"({error.strerror}); choose a writable directory")
     except OSError as error:
         return f"--metrics-file {path} cannot be written ({error.strerror}); choose a writable path"
-    if not existed:
-        path.unlink()
     return None
 
 
@@ -200,11 +235,21 @@ def check_cnn_flags(args: argparse.Namespace) -> str | None:
     return None
 
 
+def check_pretrained(folder: pathlib.Path, model: str, vocab_size: int) -> str | None:
+    """A problem with --init-from FOLDER: a missing library, or any tensor whose shape config.json contradicts."""
+    if folder.joinpath(huggingface.SAFETENSORS_FILE).is_file() and importlib.util.find_spec("safetensors") is None:
+        return (f"--init-from {folder} holds {huggingface.SAFETENSORS_FILE}, which needs safetensors: "
+                "pip install safetensors")
+    try:
+        huggingface.check_weights(folder, shape_of(model), vocab_size)
+    except huggingface.PretrainedError as error:
+        return str(error)
+    return None
+
+
 def check_model_flags(args: argparse.Namespace, world_size: int) -> str | None:
-    """GPT flags: fills in the model's defaults for --seq-len and --vocab-size, and checks --data-file."""
-    max_seq_len = GPT_SIZES[args.model].max_seq_len
-    args.seq_len = args.seq_len or max_seq_len
-    args.vocab_size = args.vocab_size or DEFAULT_VOCAB_SIZE[args.model]
+    """GPT flags (--seq-len and --vocab-size already filled in by with_model_defaults), and --data-file."""
+    max_seq_len = shape_of(args.model).max_seq_len
     if args.seq_len > max_seq_len:
         return f"--seq-len {args.seq_len} is longer than {args.model}'s context of {max_seq_len} tokens; lower it"
     if args.data_dir is not None:
@@ -267,13 +312,35 @@ def describe_model_change(saved_config: dict[str, str], args: argparse.Namespace
             + ", ".join(f"{flag} {getattr(args, name)}" for flag, name in zip(flags, changed)))
 
 
+def with_model_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """A copy of ARGS with the model filled in (--init-from's, or the CNN), and a GPT's own --seq-len and
+    --vocab-size where they were not given. Raises PretrainedError when --init-from cannot say its model."""
+    if args.init_from is not None:
+        if args.model is not None or args.vocab_size is not None:
+            flag = "--model" if args.model is not None else "--vocab-size"
+            raise huggingface.PretrainedError(f"{flag} with --init-from: the model and its vocabulary come from "
+                                              f"{args.init_from}/config.json; drop {flag}")
+        if not args.init_from.is_dir():
+            raise huggingface.PretrainedError(f"--init-from {args.init_from} is not a directory")
+        shape, vocab_size = huggingface.read_shape(args.init_from)
+        args = argparse.Namespace(**{**vars(args), "model": huggingface.model_name(shape), "vocab_size": vocab_size})
+    args = argparse.Namespace(**{**vars(args), "model": args.model or "small"})
+    if not is_language_model(args.model):
+        return args
+    return argparse.Namespace(**{**vars(args), "seq_len": args.seq_len or shape_of(args.model).max_seq_len,
+                                 "vocab_size": args.vocab_size or DEFAULT_VOCAB_SIZE[args.model]})
+
+
 def parse_config(argv: Sequence[str] | None, world_size: int) -> argparse.Namespace:
     """Parsed, checked flags; exits with one line on stderr (status 2) at the first bad value.
 
     For the GPT models, --seq-len and --vocab-size come back filled in with the model's defaults.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = with_model_defaults(parser.parse_args(argv))
+    except huggingface.PretrainedError as error:
+        parser.error(str(error))
     problem = check_compatible(args, world_size)
     if problem:
         parser.error(problem)

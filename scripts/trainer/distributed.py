@@ -37,7 +37,7 @@ def choose_device(requested: str, placement: Placement) -> torch.device:
     return torch.device("cuda", placement.local_rank)
 
 
-def start_process_group(placement: Placement, device: torch.device, backend: str,
+def start_process_group(placement: Placement, *, device: torch.device, backend: str,
                         timeout_s: int) -> dist.ProcessGroup:
     """Joins the job's process group and returns a CPU (gloo) group for control messages.
 

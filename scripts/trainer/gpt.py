@@ -67,16 +67,20 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Token ids (batch, seq) -> next-token logits (batch, seq, vocab)."""
+    """Token ids (batch, seq) -> next-token logits (batch, seq, vocab).
 
-    def __init__(self, shape: GPTShape, vocab_size: int) -> None:
+    PADDED_VOCAB_SIZE (a pretrained GPT-2's 50257 tokens rounded up to 50304) gives the embedding more
+    rows than the vocabulary has tokens; the logits leave the extra rows out, so no loss sees them.
+    """
+
+    def __init__(self, shape: GPTShape, vocab_size: int, padded_vocab_size: int | None = None) -> None:
         super().__init__()
-        self.shape = shape
-        self.token_embedding = nn.Embedding(vocab_size, shape.width)
+        self.shape, self.vocab_size = shape, vocab_size
+        self.token_embedding = nn.Embedding(padded_vocab_size or vocab_size, shape.width)
         self.position_embedding = nn.Embedding(shape.max_seq_len, shape.width)
         self.blocks = nn.ModuleList(Block(shape) for _ in range(shape.layers))
         self.final_norm = nn.LayerNorm(shape.width)
-        self.lm_head = nn.Linear(shape.width, vocab_size, bias=False)
+        self.lm_head = nn.Linear(shape.width, padded_vocab_size or vocab_size, bias=False)
         self.lm_head.weight = self.token_embedding.weight  # tied: one matrix reads and writes tokens
         self.activation_checkpointing = False  # set by trainer.parallel; recompute blocks in backward
         self.apply(self._init_weights)
@@ -102,7 +106,12 @@ class Transformer(nn.Module):
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
-        return self.lm_head(self.final_norm(x))
+        logits = self.lm_head(self.final_norm(x))
+        if logits.shape[-1] == self.vocab_size:
+            return logits
+        # Without the padding rows. A copy, not a view: FSDP2 warns that an in-place op on a view its
+        # module returns would skip its backward hook.
+        return logits[..., :self.vocab_size].contiguous()
 
 
 def flops_per_token(model: Transformer, seq_len: int) -> int:

@@ -1,4 +1,6 @@
-"""What rank 0 reports: a human progress line, JSON lines for machines, TensorBoard when asked.
+"""Each report computed once, then written to every sink: the progress line, the JSON file and
+TensorBoard on rank 0, and /metrics (trainer.prometheus) on every node that serves it, so no two sinks
+can disagree about the same report (torchtitan's components/metrics.py fans out the same way).
 
 Throughput (samples/s, and tokens/s for the GPT models), step time and MFU are averaged over the steps
 since the previous report, measured by wall clock, so checkpoint writes and data stalls count against
@@ -7,15 +9,19 @@ the bytes of parameters, gradients and optimizer state it holds (under FSDP, its
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.flop_counter import FlopCounterMode
+
+from trainer import prometheus
+from trainer.distributed import Placement
 
 # Dense bf16 peak of common data-centre GPUs, TFLOP/s; --peak-tflops overrides it. Matched by substring
 # of the device name in this order, so A100 and A10G are tried before A10.
@@ -54,32 +60,59 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     return 2 * parameters + optimizer_state
 
 
-class MetricsReporter:
-    """Prints progress lines and writes one JSON object per report; used on rank 0 only."""
+class RankTotals(NamedTuple):
+    """What the ranks gather for a report: the loss summed over the window's steps (averaged over the
+    ranks), and every rank's peak memory in bytes."""
 
-    def __init__(self, max_steps: int, global_batch: int, tokens_per_sample: int | None, metrics_file: str | None,
-                 tensorboard_dir: str | None, device: torch.device, flops_per_sample: int | None,
-                 peak: float | None) -> None:
-        self.max_steps, self.global_batch, self.device = max_steps, global_batch, device
-        self.tokens_per_sample = tokens_per_sample
+    loss_sum: float
+    memory_per_rank: list[int]
+
+
+class MetricsReporter:
+    """Computes one record per report on every rank and hands it to the sinks this rank has."""
+
+    def __init__(self, args: argparse.Namespace, *, placement: Placement, device: torch.device,
+                 flops_per_sample: int | None, peak: float | None) -> None:
+        self.max_steps, self.device = args.max_steps, device
+        self.global_batch = args.batch_size * args.grad_accum * placement.world_size
+        self.tokens_per_sample: int | None = args.seq_len  # None for the CNN
         self.flops_per_sample, self.peak = flops_per_sample, peak
         self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-        self.metrics = open(metrics_file, "a", buffering=1) if metrics_file else None  # line-buffered
+        self.is_main = placement.is_main  # the rank that prints and writes files
+        self.metrics = (open(args.metrics_file, "a", buffering=1)  # line-buffered
+                        if args.metrics_file and self.is_main else None)
         self.tensorboard = None
-        if tensorboard_dir:
+        if args.tensorboard_dir and self.is_main:
             from torch.utils.tensorboard import SummaryWriter  # optional dependency, checked up front
-            self.tensorboard = SummaryWriter(tensorboard_dir)
+            self.tensorboard = SummaryWriter(args.tensorboard_dir)
         self.restart_clock(step=0)
 
     def restart_clock(self, step: int) -> None:
         """Starts a new averaging window at STEP (after start-up, resume or a report)."""
         self.window_start_step, self.window_start_time = step, time.perf_counter()
 
-    def report(self, step: int, epoch: int, loss: float, lr: float, memory_per_rank: list[int]) -> None:
+    def report(self, state: Any, lr: float, totals: RankTotals) -> None:
+        """Reports the window ending at STATE's step (a TrainingState: its step and epoch), whose loss and
+        memory the ranks gathered into TOTALS; LR is the learning rate its last step used."""
+        record = self.compute_record(state.step, state.stream.epoch, totals.loss_sum, lr, totals.memory_per_rank)
+        prometheus.record_reported(record)
+        if self.is_main:
+            print(self.progress_line(record), flush=True)
+        if self.metrics:
+            self.metrics.write(json.dumps(record) + "\n")
+        if self.tensorboard:
+            for name, value in record.items():
+                if name not in ("step", "memory_gib_per_rank"):
+                    self.tensorboard.add_scalar(f"train/{name}", value, state.step)
+        self.restart_clock(state.step)
+
+    def compute_record(self, step: int, epoch: int, loss_sum: float, lr: float,
+                       memory_per_rank: list[int]) -> dict[str, Any]:
+        """The one record of a report, which every sink shows as it is."""
         elapsed = time.perf_counter() - self.window_start_time
         steps = max(step - self.window_start_step, 1)
         record: dict[str, Any] = {
-            "step": step, "epoch": epoch, "loss": loss, "lr": lr,
+            "step": step, "epoch": epoch, "loss": loss_sum / steps, "lr": lr,
             "samples_per_sec": steps * self.global_batch / elapsed, "step_time_ms": 1000 * elapsed / steps,
             "restart_count": self.restart_count,
             "max_memory_gib": max(memory_per_rank) / 2**30,
@@ -90,14 +123,7 @@ class MetricsReporter:
         if self.flops_per_sample and self.peak:
             # MFU of one device: the whole job's useful FLOP/s over the peak of all its devices.
             record["mfu"] = record["samples_per_sec"] * self.flops_per_sample / (self.peak * len(memory_per_rank))
-        print(self.progress_line(record), flush=True)
-        if self.metrics:
-            self.metrics.write(json.dumps(record) + "\n")
-        if self.tensorboard:
-            for name, value in record.items():
-                if name not in ("step", "memory_gib_per_rank"):
-                    self.tensorboard.add_scalar(f"train/{name}", value, step)
-        self.restart_clock(step)
+        return record
 
     def progress_line(self, record: dict[str, Any]) -> str:
         done = record["step"] / self.max_steps

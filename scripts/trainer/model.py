@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from trainer.gpt import DEFAULT_VOCAB_SIZE, GPT_SIZES, Transformer
+from trainer.huggingface import shape_of
 
 # name -> (base width, residual blocks per stage); three stages double the width and halve the image.
 MODEL_SIZES: dict[str, tuple[int, int]] = {"tiny": (16, 1), "small": (32, 2), "base": (64, 3)}
@@ -34,13 +35,16 @@ MODEL_NAMES = [*MODEL_SIZES, *GPT_SIZES]
 
 
 def is_language_model(name: str) -> bool:
-    return name in GPT_SIZES
+    """A GPT: one of GPT_SIZES, or the spelled-out shape of a pretrained one (trainer.huggingface)."""
+    return shape_of(name) is not None
 
 
-def build_model(name: str, num_classes: int, vocab_size: int | None) -> nn.Module:
-    """The named model: a GPT (VOCAB_SIZE None = its default vocabulary) or a CNN with NUM_CLASSES outputs."""
+def build_model(name: str, *, num_classes: int, vocab_size: int | None,
+                padded_vocab_size: int | None = None) -> nn.Module:
+    """The named model: a GPT (VOCAB_SIZE None = its default vocabulary; PADDED_VOCAB_SIZE for a
+    pretrained one, see Transformer) or a CNN with NUM_CLASSES outputs."""
     if is_language_model(name):
-        return Transformer(GPT_SIZES[name], vocab_size or DEFAULT_VOCAB_SIZE[name])
+        return Transformer(shape_of(name), vocab_size or DEFAULT_VOCAB_SIZE[name], padded_vocab_size)
     return build_cnn(name, num_classes)
 
 

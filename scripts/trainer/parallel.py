@@ -28,10 +28,11 @@ def repeated_blocks(model: nn.Module) -> list[nn.Module]:
     return list(model.blocks) if isinstance(model, Transformer) else [model]
 
 
-def parallelize(model: nn.Module, parallel: str, precision: torch.dtype, device: torch.device,
+def parallelize(model: nn.Module, *, parallel: str, precision: torch.dtype, device: torch.device,
                 activation_checkpointing: bool, compile_blocks: bool) -> nn.Module:
     """MODEL made ready for distributed training: checkpointed, compiled per block, then DDP or FSDP.
 
+    The settings are keyword-only, as in torchtitan's parallelize_llama: a call reads as what it sets.
     Compiling in place (`Module.compile`) keeps parameter names, so checkpoints do not depend on
     --compile, and DDP's or FSDP's hooks stay outside the compiled code.
     """

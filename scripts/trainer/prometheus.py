@@ -9,32 +9,75 @@ Labels tell jobs and nodes apart: `training_job` (torchrun's --rdzv-id, TORCHELA
 for a plain `python train_ddp.py`), `node` (the host name) and `rank` (the global rank of the process
 that serves). The label is not called `job`: Prometheus gives every target a `job` label of its own.
 
+The loss, throughput and MFU are not computed here: trainer.metrics computes each report once and
+`record_reported` shows that record, so /metrics, the progress line and the JSON file always agree.
+Only the per-step histogram of step times is this module's own.
+
 Like prometheus_client's own default registry there is one exporter per process, kept in this module, so
 the training loop calls `step_finished(step)` and friends without passing an object around; every call
 is a no-op in processes that serve nothing. The cost per step is one histogram observation and a gauge
 update, a few microseconds (BENCHMARKS.md, "Prometheus metrics").
+
+/metrics has no authentication and listens on --prometheus-address (every interface by default). Each
+connection gets a thread, so a client that sends nothing is dropped after READ_TIMEOUT_S, and a burst
+of connections waits in a listen queue of LISTEN_BACKLOG instead of being refused.
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
 import socket
+import socketserver
+import threading
 import time
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from trainer.distributed import Placement
 
 LABELS = ("training_job", "node", "rank")
 # From a small CNN on a CPU (milliseconds) to a large model's step on many GPUs (a minute).
 STEP_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, math.inf)
+READ_TIMEOUT_S = 10  # a scrape sends its request at once; Prometheus's own default scrape timeout is 10 s
+LISTEN_BACKLOG = 128  # socketserver's default of 5 refuses a burst of scrapers and health checks
+
+
+class MetricsHandler(WSGIRequestHandler):
+    """One scrape: the socket times out after READ_TIMEOUT_S (StreamRequestHandler applies `timeout`),
+    and nothing is logged, since a scrape every few seconds would fill the trainer's output."""
+
+    timeout = READ_TIMEOUT_S
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class names it so)
+        pass
+
+
+class MetricsServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A thread per connection, daemonic so that the trainer never waits for a scraper to exit."""
+
+    daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
+
+
+def start_metrics_server(registry: Any, address: str, port: int) -> MetricsServer:
+    """Serves REGISTRY's exposition at http://ADDRESS:PORT/metrics from a daemon thread."""
+    from prometheus_client import make_wsgi_app
+
+    server_class = type("MetricsServer", (MetricsServer,),
+                        {"address_family": socket.AF_INET6 if ":" in address else socket.AF_INET})
+    server = server_class((address, port), MetricsHandler)
+    server.set_app(make_wsgi_app(registry))
+    threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True).start()
+    return server
 
 
 class TrainingExporter:
-    """The trainer's metrics in a registry of their own, served over HTTP on PORT."""
+    """The trainer's metrics in a registry of their own, served over HTTP on ADDRESS:PORT."""
 
-    def __init__(self, port: int, placement: Placement) -> None:
+    def __init__(self, address: str, port: int, placement: Placement) -> None:
         # An optional dependency (config.py checks it up front), so the trainer imports without it.
-        from prometheus_client import CollectorRegistry, Gauge, Histogram, ProcessCollector, start_http_server
+        from prometheus_client import CollectorRegistry, Gauge, Histogram, ProcessCollector
 
         labels = {"training_job": os.environ.get("TORCHELASTIC_RUN_ID", "standalone"),
                   "node": socket.gethostname(), "rank": str(placement.rank)}
@@ -64,21 +107,15 @@ class TrainingExporter:
         self.world_size = gauge("trainer_world_size", "Ranks in the job")
         self.started = gauge("trainer_start_timestamp_seconds",
                              "Unix time this trainer process started (before its rendezvous)")
-        self.labels, self.world_size_value = labels, placement.world_size
+        self.labels = labels
         self.series: dict[int, Any] = {}
         self.set(self.restarts, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
         self.set(self.world_size, placement.world_size)
         self.set(self.started, time.time())
-        self.global_batch = 0
-        self.tokens_per_sample: int | None = None
-        self.flops_per_sample: int | None = None
-        self.peak: float | None = None
-        # The loss window counts every step since the last report; the throughput window leaves out the
-        # first step after a start or resume, which includes start-up work (DataLoader workers, compile).
-        self.steps_since_report, self.timed_steps = 0, 0
+        # The histogram leaves out the first step after a start or resume, which includes start-up work
+        # (DataLoader workers, compile).
         self.last_step_time: float | None = None
-        self.window_start_time = time.perf_counter()
-        start_http_server(port, registry=self.registry)
+        self.server = start_metrics_server(self.registry, address, port)
 
     def set(self, family: Any, value: float) -> None:
         """Sets FAMILY's series for our labels; the series is looked up once, as this runs every step."""
@@ -87,39 +124,22 @@ class TrainingExporter:
             series = self.series[id(family)] = family.labels(**self.labels)
         series.set(value)
 
-    def describe_run(self, step: int, global_batch: int, flops_per_sample: int | None, peak: float | None,
-                     tokens_per_sample: int | None = None) -> None:
-        self.global_batch, self.flops_per_sample, self.peak = global_batch, flops_per_sample, peak
-        self.tokens_per_sample = tokens_per_sample
-        self.set(self.step, step)
-
     def step_finished(self, step: int) -> None:
         now = time.perf_counter()
-        if self.last_step_time is None:
-            self.window_start_time = now
-        else:
+        if self.last_step_time is not None:
             self.step_seconds.observe(now - self.last_step_time)
-            self.timed_steps += 1
         self.last_step_time = now
-        self.steps_since_report += 1
         self.set(self.step, step)
 
-    def loss_reported(self, loss_sum: float, learning_rate: float) -> None:
-        """LOSS_SUM is the loss summed over the steps since the last report, averaged over the ranks."""
-        if self.steps_since_report == 0:
-            return
-        now = time.perf_counter()
-        self.set(self.loss, loss_sum / self.steps_since_report)
-        self.set(self.learning_rate, learning_rate)
-        if self.timed_steps:
-            samples_per_second = self.timed_steps * self.global_batch / (now - self.window_start_time)
-            self.set(self.samples_per_second, samples_per_second)
-            if self.tokens_per_sample:
-                self.set(self.tokens_per_second, samples_per_second * self.tokens_per_sample)
-            if self.flops_per_sample and self.peak:
-                # The job's FLOP/s over the peak of all its devices together.
-                self.set(self.mfu, samples_per_second * self.flops_per_sample / (self.peak * self.world_size_value))
-        self.steps_since_report, self.timed_steps, self.window_start_time = 0, 0, now
+    def record_reported(self, record: dict[str, Any]) -> None:
+        """Shows the report trainer.metrics computed: the same numbers as its JSON line."""
+        self.set(self.loss, record["loss"])
+        self.set(self.learning_rate, record["lr"])
+        self.set(self.samples_per_second, record["samples_per_sec"])
+        if "tokens_per_sec" in record:
+            self.set(self.tokens_per_second, record["tokens_per_sec"])
+        if "mfu" in record:
+            self.set(self.mfu, record["mfu"])
 
     def checkpoint_saved(self, seconds: float) -> None:
         self.set(self.checkpoint_time, time.time())
@@ -130,24 +150,24 @@ class TrainingExporter:
 _exporter: TrainingExporter | None = None
 
 
-def serve(port: int | None, placement: Placement) -> None:
-    """Starts /metrics on PORT in local rank 0; exits with one line when the port is taken."""
+def serve(address: str, port: int | None, placement: Placement) -> None:
+    """Starts /metrics on ADDRESS:PORT in local rank 0; exits with one line when it cannot listen there."""
     global _exporter
     if port is None or placement.local_rank != 0:
         return
     try:
-        _exporter = TrainingExporter(port, placement)
+        _exporter = TrainingExporter(address, port, placement)
     except OSError as error:
-        raise SystemExit(f"--prometheus-port {port}: cannot listen on {socket.gethostname()} ({error.strerror}); "
-                         "another trainer may hold it: pick a free port") from None
+        where = socket.gethostname() if address in ("0.0.0.0", "::") else f"{address} on {socket.gethostname()}"
+        hint = ("another trainer may hold it: pick a free port" if error.errno == errno.EADDRINUSE
+                else "give --prometheus-address an address of this host, or 0.0.0.0")
+        raise SystemExit(f"--prometheus-port {port}: cannot listen on {where} ({error.strerror}); {hint}") from None
 
 
-def describe_run(step: int, global_batch: int, flops_per_sample: int | None, peak: float | None,
-                 tokens_per_sample: int | None = None) -> None:
-    """The step training starts at (after a resume), and what throughput and MFU are computed from:
-    samples per step, FLOPs per sample (None: unknown, as on every node but rank 0's), peak FLOP/s."""
+def training_started(step: int) -> None:
+    """The step training starts at: 0, or the checkpoint's step after a resume."""
     if _exporter is not None:
-        _exporter.describe_run(step, global_batch, flops_per_sample, peak, tokens_per_sample)
+        _exporter.set(_exporter.step, step)
 
 
 def step_finished(step: int) -> None:
@@ -155,9 +175,9 @@ def step_finished(step: int) -> None:
         _exporter.step_finished(step)
 
 
-def loss_reported(loss_sum: float, learning_rate: float) -> None:
+def record_reported(record: dict[str, Any]) -> None:
     if _exporter is not None:
-        _exporter.loss_reported(loss_sum, learning_rate)
+        _exporter.record_reported(record)
 
 
 def checkpoint_saved(seconds: float) -> None:

@@ -1,5 +1,9 @@
 """Everything a restart needs, in one object with state_dict() and load_state_dict().
 
+It is also the training loop's one handle: besides what it saves it holds the run's flags, its place
+in the job, its device, its precision and its control group, so the loop's functions take the state
+and nothing else.
+
 Saving and resuming are then one call each (trainer.checkpoint), whatever the model and the
 parallelism: torch.distributed.checkpoint's get_state_dict/set_state_dict give the same parameter
 names for a bare model, a DDP model and an FSDP model, with full tensors for DDP and this rank's
@@ -18,22 +22,27 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.tensor import DTensor
 
 from trainer.data import MicroBatchStream
+from trainer.distributed import Placement
 
 # What a checkpoint holds next to the model and optimizer; listed once, here.
 TRAINING_KEYS = ("scaler", "scheduler", "step", "epoch", "samples_in_epoch", "rng", "config")
 
 
 class TrainingState:
-    """Model, optimizer, gradient scaler, LR schedule, data position, step, RNG streams and config.
+    """Model, optimizer, gradient scaler, LR schedule, data position, step, RNG streams and config;
+    and, not saved, the flags, placement, device, precision and control group they were made with.
 
     state_dict() is collective (it gathers every rank's RNG state), so all ranks call it together.
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+    def __init__(self, model: nn.Module, *, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
                  scheduler: torch.optim.lr_scheduler.LRScheduler, stream: MicroBatchStream,
-                 args: argparse.Namespace, world_size: int, group: dist.ProcessGroup) -> None:
+                 args: argparse.Namespace, placement: Placement, device: torch.device, precision: torch.dtype,
+                 group: dist.ProcessGroup) -> None:
         self.model, self.optimizer, self.scaler, self.scheduler = model, optimizer, scaler, scheduler
-        self.stream, self.args, self.world_size, self.group = stream, args, world_size, group
+        self.stream, self.args, self.placement, self.device, self.group = stream, args, placement, device, group
+        self.precision = precision  # the compute dtype: what autocast or FSDP's parameter copies use
+        self.world_size = placement.world_size
         self.step = 0
         # DDP: every rank's full tensors, where they are (no copy; torch.save copies to the file);
         # FSDP: each rank's shards, as DTensors.

@@ -31,10 +31,10 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict
 sys.path.insert(0, sys.argv.pop(1))
 import train_ddp
 save_training_state = train_ddp.save_training_state
-def save_and_dump_this_rank(state, args, *rest):
-    save_training_state(state, args, *rest)
+def save_and_dump_this_rank(state, saver):
+    save_training_state(state, saver)
     parameters = {name: tensor.cpu() for name, tensor in get_model_state_dict(state.model).items()}
-    torch.save(parameters, args.ckpt_dir / f"rank{os.environ.get('RANK', '0')}_params.pt")
+    torch.save(parameters, state.args.ckpt_dir / f"rank{os.environ.get('RANK', '0')}_params.pt")
 train_ddp.save_training_state = save_and_dump_this_rank
 sys.exit(train_ddp.main(sys.argv[1:]))
 """

@@ -16,12 +16,13 @@ DOCUMENTED_FLAGS = [
     "--num-classes", "--num-workers", "--pin-memory", "--persistent-workers", "--ckpt-dir", "--save-every",
     "--keep", "--log-every", "--metrics-file", "--tensorboard-dir", "--peak-tflops", "--device", "--backend",
     "--pg-timeout", "--parallel", "--activation-checkpointing", "--seq-len", "--vocab-size", "--data-file",
+    "--init-from", "--prometheus-port", "--prometheus-address", "--async-checkpoint",
 ]
 
 # (flag, bad value, words the one-line message must contain)
 BAD_VALUES = [
-    ("--max-steps", "0", "a positive integer"),
-    ("--max-steps", "ten", "a positive integer"),
+    ("--max-steps", "-1", "an integer >= 0"),
+    ("--max-steps", "ten", "an integer >= 0"),
     ("--batch-size", "-4", "a positive integer"),
     ("--grad-accum", "0", "a positive integer"),
     ("--lr", "0", "a number > 0"),

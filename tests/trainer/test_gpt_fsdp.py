@@ -51,12 +51,12 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 sys.path.insert(0, sys.argv.pop(1))
 import train_ddp
 resume = train_ddp.resume_from_newest_checkpoint
-def resume_and_dump(state, args, placement, group):
-    resume(state, args, placement, group)
+def resume_and_dump(state):
+    resume(state)
     model, optimizer = get_state_dict(state.model, state.optimizer,
                                       options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if placement.is_main:
-        torch.save({"model": model, "optimizer": optimizer}, args.ckpt_dir / "loaded.pt")
+    if state.placement.is_main:
+        torch.save({"model": model, "optimizer": optimizer}, state.args.ckpt_dir / "loaded.pt")
 train_ddp.resume_from_newest_checkpoint = resume_and_dump
 sys.exit(train_ddp.main(sys.argv[1:]))
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import train_ddp
-from trainer.config import parse_config
+from trainer.config import build_parser, check_compatible, parse_config, with_model_defaults
 
 
 def test_the_learning_rate_warms_up_linearly_then_decays_to_a_tenth():
@@ -15,10 +15,11 @@ def test_the_learning_rate_warms_up_linearly_then_decays_to_a_tenth():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--max-steps", "0"], "a positive integer"),
+    (["--max-steps", "-1"], "an integer >= 0"),
     (["--lr", "nan"], "a number > 0"),
     (["--synthetic-samples", "3", "--batch-size", "4"], "smaller than one batch"),
     (["--backend", "nccl", "--device", "cpu"], "--backend nccl needs a GPU"),
+    (["--prometheus-address", "localhost"], "--prometheus-address: must be an IP address"),
 ])
 def test_a_bad_flag_ends_in_one_line_that_names_it(argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as stopped:
@@ -33,3 +34,11 @@ def test_a_checkpoint_folder_under_a_file_is_rejected_before_training(tmp_path, 
     with pytest.raises(SystemExit):
         parse_config(["--ckpt-dir", str(tmp_path / "a-file" / "ckpt")], world_size=1)
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_checking_the_flags_never_writes_into_them(tmp_path):
+    args = parse_config(["--model", "gpt-tiny", "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    assert (args.seq_len, args.vocab_size) == (256, 256)  # the model's defaults, filled in a copy
+    given = build_parser().parse_args(["--model", "gpt-tiny"])
+    check_compatible(with_model_defaults(given), world_size=1)
+    assert (given.seq_len, given.vocab_size) == (None, None)

@@ -1,0 +1,92 @@
+"""The bridge between trainer/gpt.py and Hugging Face's GPT-2 (trainer/huggingface.py), in one process:
+the same weights give the same logits, and a folder the trainer cannot use is one line before any rank
+starts. tests/trainer/test_huggingface.py runs the whole path through the trainer in the image.
+
+    make test-unit PYTEST_ARGS=tests/unit/test_huggingface_bridge.py
+
+The folders are made here with transformers (a test-only dependency); nothing touches a hub.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from trainer import huggingface  # noqa: E402 (after the skip: the bridge itself needs no transformers)
+from trainer.config import parse_config  # noqa: E402
+from trainer.model import build_model  # noqa: E402
+
+# fp32 on both sides; the two attentions add up in another order (SDPA against an explicit softmax),
+# which moves logits of magnitude ~1 by about 1e-7 (3e-7 measured): 1e-5 leaves room, and a wrong
+# transpose, name or padding row moves them by ~1e-1.
+LOGITS_TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def gpt2_folder(tmp_path_factory) -> pathlib.Path:
+    """A small GPT-2 (2 layers, 4 heads, width 64, GPT-2's vocabulary of 50257), saved as from_pretrained reads it."""
+    folder = tmp_path_factory.mktemp("gpt2")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=128, vocab_size=50257)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    return folder
+
+
+def test_the_trainers_model_gives_hugging_faces_logits_on_the_same_weights(gpt2_folder):
+    shape, vocab_size = huggingface.read_shape(gpt2_folder)
+    ours = build_model(huggingface.model_name(shape), num_classes=0, vocab_size=vocab_size,
+                       padded_vocab_size=huggingface.padded(vocab_size))
+    huggingface.load_pretrained(ours, gpt2_folder)
+    theirs = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder).eval()
+    tokens = torch.randint(vocab_size, (2, 128), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        our_logits, their_logits = ours(tokens), theirs(tokens).logits
+    assert our_logits.shape == their_logits.shape == (2, 128, 50257)  # the 47 padding rows left out
+    assert torch.allclose(our_logits, their_logits, atol=LOGITS_TOLERANCE, rtol=0)
+    assert ours.token_embedding.weight.shape == (50304, 64) and not ours.token_embedding.weight[50257:].any()
+
+
+def test_export_gives_back_exactly_the_tensors_it_read(gpt2_folder):
+    shape, vocab_size = huggingface.read_shape(gpt2_folder)
+    model = build_model(huggingface.model_name(shape), num_classes=0, vocab_size=vocab_size,
+                        padded_vocab_size=huggingface.padded(vocab_size))
+    huggingface.load_pretrained(model, gpt2_folder)
+    exported = huggingface.to_huggingface(model.state_dict(), shape, vocab_size)
+    original = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder).state_dict()
+    assert exported.keys() == {name for name in original if name != "lm_head.weight"}  # tied to wte
+    assert all(torch.equal(exported[name], original[name]) for name in exported)
+
+
+def copy_with_config(folder: pathlib.Path, destination: pathlib.Path, **changes: object) -> pathlib.Path:
+    destination.mkdir()
+    (destination / "model.safetensors").symlink_to(folder / "model.safetensors")
+    config = {**json.loads((folder / "config.json").read_text()), **changes}
+    (destination / "config.json").write_text(json.dumps(config))
+    return destination
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"n_positions": 256}, "tensor wpe.weight has shape [128, 64], but config.json describes [256, 64]"),
+    ({"n_embd": 32, "n_head": 4}, "tensor wte.weight has shape [50257, 64], but config.json describes [50257, 32]"),
+    ({"model_type": "llama"}, "has model_type 'llama'; only GPT-2"),
+    ({"activation_function": "relu"}, "sets activation_function to 'relu'"),
+])
+def test_a_folder_that_does_not_fit_is_one_line_naming_the_tensor_or_setting(gpt2_folder, tmp_path, capsys,
+                                                                            changes, message):
+    folder = copy_with_config(gpt2_folder, tmp_path / "changed", **changes)
+    with pytest.raises(SystemExit):
+        parse_config(["--init-from", str(folder), "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and message in errors[0], errors
+
+
+def test_the_folder_decides_the_model_so_model_and_vocab_size_are_refused(gpt2_folder, tmp_path, capsys):
+    args = parse_config(["--init-from", str(gpt2_folder), "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    assert (args.model, args.vocab_size, args.seq_len) == ("gpt2-2l-4h-64w-128p", 50257, 128)
+    with pytest.raises(SystemExit):
+        parse_config(["--init-from", str(gpt2_folder), "--model", "gpt2-small"], world_size=1)
+    assert "--model with --init-from" in capsys.readouterr().err
