@@ -32,6 +32,7 @@ RUNNING_HOOK=""
 export CONTAINER_MODE
 
 run_core_steps() {
+  check_paths_start_up_writes
   run_ngc_start_scripts
   set_up_container_user
   warn_about_limits

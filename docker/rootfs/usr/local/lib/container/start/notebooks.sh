@@ -7,6 +7,7 @@ readonly WORKSPACE_EXAMPLES_DIR=/workspace/examples
 
 copy_sample_notebooks() {
   local notebook target
+  "${AS_USER[@]}" test -w /workspace || return 0  # set_up_container_user has said why, in one line
   for notebook in "$SAMPLE_NOTEBOOKS_DIR"/*.ipynb; do
     target=$WORKSPACE_EXAMPLES_DIR/$(basename "$notebook")
     [[ -e $target ]] && continue
@@ -14,7 +15,7 @@ copy_sample_notebooks() {
     if "${AS_USER[@]}" mkdir -p "$WORKSPACE_EXAMPLES_DIR" && "${AS_USER[@]}" cp "$notebook" "$target"; then
       log_info "sample notebook: $target"
     else
-      log_warn "could not copy the sample notebook to $target; make /workspace writable for PUID:PGID"
+      log_warn "could not copy the sample notebook to $target; make /workspace writable for uid:gid $CONTAINER_UID:$CONTAINER_GID"
     fi
   done
 }
