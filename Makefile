@@ -26,9 +26,10 @@ PYTEST_ARGS ?=
 # Test files run in parallel, one pytest worker each (most tests wait on containers, not on the CPU).
 TEST_WORKERS ?= 3
 # Test suites, one folder each (docs/contributing.md says which test goes where). tests/image is what
-# every flavor and every pulled release must pass; tests/unit needs neither Docker nor an image.
-IMAGE_SUITE := tests/image
-IMAGE_SUITES := tests/image tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/release
+# every flavor and every pulled release must pass, with tests/runtimes (the image under other runtimes'
+# rules); tests/unit needs neither Docker nor an image.
+IMAGE_SUITE := tests/image tests/runtimes
+IMAGE_SUITES := tests/image tests/runtimes tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/release
 
 IMAGE_REF := $(IMAGE):$(TAG)
 BASE_REF := $(if $(filter gpu,$(FLAVOR)),nvcr.io/nvidia/pytorch:$(NGC_TAG),$(CPU_BASE_IMAGE))
@@ -157,7 +158,7 @@ test: test-unit build ## Unit tests, then build the image and run every suite ag
 	$(RUN_TESTS) $(call suites_unless_named,$(IMAGE_SUITES)) $(PYTEST_ARGS)
 
 .PHONY: test-image
-test-image: build $(TEST_VENV) ## Build the image, then run only the tests of the image itself (tests/image)
+test-image: build $(TEST_VENV) ## Build the image, then run only the tests of the image itself (tests/image, tests/runtimes)
 	$(RUN_TESTS) $(call suites_unless_named,$(IMAGE_SUITE)) $(PYTEST_ARGS)
 
 .PHONY: test-pulled
