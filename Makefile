@@ -97,15 +97,22 @@ ngc-standin: .wheelhouse ## Build the NGC stand-in (tests/ngc_standin) and tag i
 	@tools/sync_wheelhouse.sh "$(WHEELHOUSE)"
 
 .PHONY: up
-up: ## Start the container with docker compose (GPU reservation only where the host has NVIDIA GPUs)
-	@if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia || command -v nvidia-smi >/dev/null; then \
+up: ## Start the container with docker compose, or podman-compose where Podman runs and no Docker engine (GPUs only where the host has them)
+	@if ! docker info >/dev/null 2>&1 && command -v podman >/dev/null; then \
+	  if command -v podman-compose >/dev/null; then compose=(podman-compose); else compose=(podman compose); fi; \
+	  if grep -qs 'nvidia.com/gpu' /etc/cdi/*.y*ml /var/run/cdi/*.y*ml; then \
+	    echo "Podman with NVIDIA CDI devices: starting with all GPUs"; compose+=(-f compose.yaml -f compose.podman.yaml -f compose.cdi.yaml); \
+	  else \
+	    echo "Podman without an NVIDIA CDI spec (nvidia-ctk cdi generate): starting the CPU flavor"; compose+=(-f compose.yaml -f compose.cpu.yaml -f compose.podman.yaml); \
+	  fi; \
+	elif docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia || command -v nvidia-smi >/dev/null; then \
 	  echo "NVIDIA runtime found: starting with all GPUs"; compose=(docker compose); \
 	else \
 	  echo "no NVIDIA runtime: starting the CPU flavor (compose.cpu.yaml)"; compose=($(COMPOSE_ANY_HOST)); \
 	fi; \
 	if ! output=$$("$${compose[@]}" up --detach 2>&1); then \
-	  if grep -q "error setting rlimits" <<<"$$output"; then \
-	    echo "this Docker engine cannot grant unlimited locked memory (rootless or restricted): set MEMLOCK_LIMIT in .env to its limit in bytes (ulimit -l, times 1024), or raise the engine's LimitMEMLOCK" >&2; \
+	  if grep -qE "error setting rlimits|setrlimit" <<<"$$output"; then \
+	    echo "this engine cannot grant unlimited locked memory (rootless or restricted): set MEMLOCK_LIMIT in .env to its limit in bytes (ulimit -l, times 1024), or raise the engine's LimitMEMLOCK (Podman: your user's memlock in /etc/security/limits.conf)" >&2; \
 	  else echo "$$output" >&2; fi; \
 	  exit 1; \
 	fi; \

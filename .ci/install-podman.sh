@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Rootless Podman for tests/runtimes/test_rootless_podman.py: Debian's podman, uidmap and slirp4netns, and
 # an unprivileged user (PODMAN_TEST_USER, default podman-test) with subordinate ids, native overlay storage
-# and a runtime folder, set up as a desktop Debian has them. The tests run podman as that user.
+# and a runtime folder, set up as a desktop Debian has them, plus podman-compose from PyPI in a virtual
+# environment of that user's (Debian's is too old for compose.cpu.yaml's !reset). The tests run podman,
+# podman-compose and `make up` as that user.
 # Idempotent, so a developer can run it again on a machine that already has it.
 set -euo pipefail
 
 readonly PODMAN_USER=${PODMAN_TEST_USER:-podman-test}
 readonly SUBORDINATE_RANGE=165536-231071
+readonly PODMAN_COMPOSE_VERSION=1.6.0
+# Where tests/support/podman.py looks for it, in the user's home.
+readonly PODMAN_COMPOSE_VENV=.local/podman-compose
 
 log() { printf '[install-podman] %s\n' "$*" >&2; }
 
@@ -48,8 +53,18 @@ make_tun_usable() {
   [[ $(stat -c %a /dev/net/tun) == 666 ]] || chmod 0666 /dev/net/tun
 }
 
+install_podman_compose() {
+  local venv
+  venv=$(getent passwd "$PODMAN_USER" | cut -d: -f6)/$PODMAN_COMPOSE_VENV
+  [[ $("$venv/bin/podman-compose" --version 2>/dev/null | head -n 1) == *"$PODMAN_COMPOSE_VERSION"* ]] && return 0
+  log "installing podman-compose $PODMAN_COMPOSE_VERSION for $PODMAN_USER"
+  runuser -u "$PODMAN_USER" -- python3 -m venv "$venv"
+  runuser -u "$PODMAN_USER" -- "$venv/bin/pip" install --quiet "podman-compose==$PODMAN_COMPOSE_VERSION"
+}
+
 install_packages
 create_user
+install_podman_compose
 write_user_config
 make_tun_usable
 log "ready: $(podman --version) for $PODMAN_USER ($(grep "^$PODMAN_USER:" /etc/subuid))"

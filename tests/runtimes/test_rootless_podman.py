@@ -7,13 +7,15 @@ run by that user with Podman's default user namespace (the container's root is t
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import requests
 
 from tests.runtimes.runtime_rules import SSH_OFF_LINE, TOKEN, TRAIN, checkpoints
+from tests.support import REPO_ROOT
 from tests.support.containers import free_port
 from tests.support.podman import RootlessPodman, load_image, reset, rootless_podman
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
@@ -53,13 +55,13 @@ def logs(podman: RootlessPodman, name: str) -> str:
     return result.stdout + result.stderr
 
 
-def wait_for_jupyter(podman: RootlessPodman, name: str, port: int) -> None:
+def wait_for_jupyter(port: int, failure: str | Callable[[], str]) -> None:
     def answers() -> bool:
         try:
             return requests.get(f"http://127.0.0.1:{port}/api/status", timeout=5).status_code == 403
         except requests.ConnectionError:
             return False
-    wait_until(answers, 120, interval=1, failure=lambda: f"JupyterLab did not answer:\n{logs(podman, name)[-3000:]}")
+    wait_until(answers, 120, interval=1, failure=failure)
 
 
 def check_jupyter_wants_its_token(port: int) -> None:
@@ -73,7 +75,7 @@ def test_rootless_podman_services_jupyter_ssh_and_podman_stop_saving_a_tmux_trai
     name, port = start_services(podman, podman_image, "--publish", f"127.0.0.1:{ssh_port}:2222",
                                 "--env", f"SSH_AUTHORIZED_KEYS={public_line(key)}")
     try:
-        wait_for_jupyter(podman, name, port)
+        wait_for_jupyter(port, lambda: f"JupyterLab did not answer:\n{logs(podman, name)[-3000:]}")
         check_jupyter_wants_its_token(port)
         with ssh_session(ssh_port, key=key) as client:
             status, out, err = run(client, f"id -un && tmux new-session -d -s train {json.dumps(TMUX_TRAINER)}")
@@ -96,7 +98,7 @@ def test_rootless_podman_services_jupyter_ssh_and_podman_stop_saving_a_tmux_trai
 def test_rootless_podman_keep_id_serves_jupyter_as_the_user_and_says_why_ssh_is_off(podman, podman_image):
     name, port = start_services(podman, podman_image, "--userns=keep-id")
     try:
-        wait_for_jupyter(podman, name, port)
+        wait_for_jupyter(port, lambda: f"JupyterLab did not answer:\n{logs(podman, name)[-3000:]}")
         check_jupyter_wants_its_token(port)
         processes = podman.run("exec", name, "ps", "-eo", "uid=", check=True).stdout.split()
         container_logs = logs(podman, name)
@@ -125,3 +127,35 @@ def test_rootless_podman_default_userns_leaves_the_users_folder_to_the_user_with
     assert (folder.stat().st_uid, folder.stat().st_gid) == (podman.uid, podman.gid)
     warnings = [line for line in result.stderr.splitlines() if "WARNING" in line and "/workspace" in line]
     assert len(warnings) == 1 and "--userns=keep-id" in warnings[0], result.stderr
+
+
+# What `make up` needs of the checkout: the Makefile reads versions from the Dockerfile.
+MAKE_UP_FILES = ("Makefile", "Dockerfile", "compose.yaml", "compose.cpu.yaml", "compose.podman.yaml", "compose.cdi.yaml")
+PODMAN_CPU_FILES = ("-f", "compose.yaml", "-f", "compose.cpu.yaml", "-f", "compose.podman.yaml")
+
+
+def test_make_up_uses_podman_compose_where_no_docker_engine_answers_and_the_workspace_stays_the_users(
+        podman, podman_image, image):
+    """The test user cannot reach Docker's socket: for it, this host has Podman and no Docker engine."""
+    checkout, workspace = podman.folder(), podman.folder()
+    for name in MAKE_UP_FILES:
+        (checkout / name).write_text((REPO_ROOT / name).read_text())
+    key, ssh_port, jupyter_port = generate_key(), free_port(), free_port()
+    repository, _, tag = image.rpartition(":")
+    env = {"IMAGE": repository, "TAG": tag, "WORKSPACE": str(workspace), "JUPYTER_PORT": str(jupyter_port),
+           "SSH_PORT": str(ssh_port), "JUPYTER_TOKEN": TOKEN, "SSH_AUTHORIZED_KEYS": public_line(key),
+           "COMPOSE_PROJECT_NAME": f"pt-podman-{uuid.uuid4().hex[:8]}"}
+    try:
+        up = subprocess.run(podman.as_user("make", "up", cwd=checkout, **env), capture_output=True, text=True,
+                            timeout=300)
+        assert up.returncode == 0 and "Podman without an NVIDIA CDI spec" in up.stdout, up.stdout + up.stderr
+        wait_for_jupyter(jupyter_port, "JupyterLab started by make up did not answer")
+        check_jupyter_wants_its_token(jupyter_port)
+        with ssh_session(ssh_port, key=key) as client:
+            status, out, err = run(client, "id -un && touch /workspace/made-over-ssh && echo made")
+        assert (status, out.split()) == (0, ["dev", "made"]), err
+        made = workspace / "made-over-ssh"
+        assert (made.stat().st_uid, made.stat().st_gid) == (podman.uid, podman.gid)
+    finally:
+        subprocess.run(podman.as_user("podman-compose", *PODMAN_CPU_FILES, "down", "--volumes", cwd=checkout, **env),
+                       capture_output=True, timeout=300)

@@ -13,6 +13,7 @@ import uuid
 from tests.support.host_tools import skip_where_missing
 
 PODMAN_USER = os.environ.get("PODMAN_TEST_USER", "podman-test")
+PODMAN_COMPOSE_VENV = ".local/podman-compose"  # in the user's home: .ci/install-podman.sh puts it there
 PODMAN_TIMEOUT_S = 240
 LOAD_TIMEOUT_S = 600
 
@@ -24,10 +25,17 @@ class RootlessPodman:
     gid: int
     home: pathlib.Path
 
+    def as_user(self, *args: str, cwd: pathlib.Path | None = None, **env: str) -> list[str]:
+        """ARGS as a command line run by the test user in CWD, with its own runtime folder, podman-compose on
+        PATH and ENV, and nothing of this process's environment (no Docker settings leak in)."""
+        path = f"{self.home / PODMAN_COMPOSE_VENV}/bin:/usr/local/bin:/usr/bin:/bin"
+        return ["runuser", "-u", self.user, "--", "env", "-i", *([f"--chdir={cwd}"] if cwd else []),
+                f"XDG_RUNTIME_DIR=/run/user/{self.uid}", f"HOME={self.home}", f"PATH={path}",
+                *(f"{name}={value}" for name, value in env.items()), *args]
+
     def command(self, *args: str) -> list[str]:
-        """ARGS as a podman command line run by the test user, with its own runtime folder."""
-        return ["runuser", "-u", self.user, "--", "env", f"XDG_RUNTIME_DIR=/run/user/{self.uid}",
-                f"HOME={self.home}", "podman", *args]
+        """ARGS as a podman command line run by the test user."""
+        return self.as_user("podman", *args)
 
     def run(self, *args: str, timeout: float = PODMAN_TIMEOUT_S, check: bool = False,
             stdin: int | None = None) -> subprocess.CompletedProcess:
