@@ -6,9 +6,11 @@ the caller's ids without a passwd entry, the cluster home mounted, a read-only i
 from __future__ import annotations
 
 import json
+import re
 
 from tests.runtimes.runtime_rules import (TRAIN, checkpoints, enroot_flags, make_home, owners, poison_user_site,
                                           run)
+from tests.support import REPO_ROOT
 from tests.support.containers import docker
 
 # What start-up may set that a job does not need: who the user is, and the start-up's own switches.
@@ -43,3 +45,21 @@ def test_enroot_pyxis_job_finds_in_env_every_variable_start_up_would_give_it(ima
     assert not missing, f"set only by start-up, so an Enroot job lacks them: {missing}"
     env = json.loads(docker("image", "inspect", "--format", "{{json .Config.Env}}", image).stdout)
     assert "PYTHONNOUSERSITE=1" in env
+
+
+# docs/runtimes.md's placeholders, as train.sbatch names them.
+SBATCH_NAMES = {"REGISTRY#IMAGE": "$CONTAINER_IMAGE", "pytorch-dev.sif": "$CONTAINER_IMAGE", "CKPT": "$CKPT_DIR"}
+
+
+def test_enroot_pyxis_and_apptainer_modes_of_train_sbatch_launch_as_docs_runtimes_md_says():
+    """The flags the runtime tests reproduce are the ones train.sbatch passes: the documented commands,
+    word for word (placeholders aside), appear in its pyxis and apptainer modes."""
+    docs = (REPO_ROOT / "docs" / "runtimes.md").read_text()
+    sbatch = (REPO_ROOT / "deploy" / "slurm" / "train.sbatch").read_text().replace('"', "")
+    documented = [re.search(r"`(srun --container-image=\S+ .*?) torchrun \.\.\.`", docs)[1],
+                  re.search(r"`(apptainer exec .*?) torchrun \.\.\.`", docs)[1]]
+    for command in documented:
+        words = [word for word in command.split() if word != "srun"]
+        for placeholder, name in SBATCH_NAMES.items():
+            words = [word.replace(placeholder, name) for word in words]
+        assert " ".join(words) in " ".join(sbatch.split()), command
