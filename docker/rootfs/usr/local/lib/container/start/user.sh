@@ -72,7 +72,8 @@ remap_user_ids() {
 # user shows up as root here, and re-owning their folder would lock them out of it.
 workspace_is_unclaimed() {
   local image_uid=$1 owner
-  [[ -z $(ls -A /workspace) ]] || return 1
+  # One entry is enough to know: a large workspace is not listed.
+  [[ -z $(find /workspace -mindepth 1 -maxdepth 1 -print -quit) ]] || return 1
   owner=$(stat -c %u /workspace)
   [[ $owner == "$image_uid" ]] && return 0
   # Root's own only without a user namespace: uid 0 maps to uid 0 for the whole id range.
