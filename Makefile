@@ -26,9 +26,10 @@ PYTEST_ARGS ?=
 # Test files run in parallel, one pytest worker each (most tests wait on containers, not on the CPU).
 TEST_WORKERS ?= 3
 # Test suites, one folder each (docs/contributing.md says which test goes where). tests/image is what
-# every flavor and every pulled release must pass; tests/unit needs neither Docker nor an image.
-IMAGE_SUITE := tests/image
-IMAGE_SUITES := tests/image tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/team tests/release
+# every flavor and every pulled release must pass, with tests/runtimes (the image under other runtimes'
+# rules); tests/unit needs neither Docker nor an image.
+IMAGE_SUITE := tests/image tests/runtimes
+IMAGE_SUITES := tests/image tests/runtimes tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/team tests/release
 
 IMAGE_REF := $(IMAGE):$(TAG)
 BASE_REF := $(if $(filter gpu,$(FLAVOR)),nvcr.io/nvidia/pytorch:$(NGC_TAG),$(CPU_BASE_IMAGE))
@@ -103,15 +104,22 @@ hub-build: ## Build the JupyterHub image of deploy/jupyterhub (one container of 
 	@echo "built $(HUB_IMAGE); start it with: docker compose -f deploy/jupyterhub/compose.yaml up -d"
 
 .PHONY: up
-up: ## Start the container with docker compose (GPU reservation only where the host has NVIDIA GPUs)
-	@if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia || command -v nvidia-smi >/dev/null; then \
+up: ## Start the container with docker compose, or podman-compose where Podman runs and no Docker engine (GPUs only where the host has them)
+	@if ! docker info >/dev/null 2>&1 && command -v podman >/dev/null; then \
+	  if command -v podman-compose >/dev/null; then compose=(podman-compose); else compose=(podman compose); fi; \
+	  if grep -qs 'nvidia.com/gpu' /etc/cdi/*.y*ml /var/run/cdi/*.y*ml; then \
+	    echo "Podman with NVIDIA CDI devices: starting with all GPUs"; compose+=(-f compose.yaml -f compose.podman.yaml -f compose.cdi.yaml); \
+	  else \
+	    echo "Podman without an NVIDIA CDI spec (nvidia-ctk cdi generate): starting the CPU flavor"; compose+=(-f compose.yaml -f compose.cpu.yaml -f compose.podman.yaml); \
+	  fi; \
+	elif docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia || command -v nvidia-smi >/dev/null; then \
 	  echo "NVIDIA runtime found: starting with all GPUs"; compose=(docker compose); \
 	else \
 	  echo "no NVIDIA runtime: starting the CPU flavor (compose.cpu.yaml)"; compose=($(COMPOSE_ANY_HOST)); \
 	fi; \
 	if ! output=$$("$${compose[@]}" up --detach 2>&1); then \
-	  if grep -q "error setting rlimits" <<<"$$output"; then \
-	    echo "this Docker engine cannot grant unlimited locked memory (rootless or restricted): set MEMLOCK_LIMIT in .env to its limit in bytes (ulimit -l, times 1024), or raise the engine's LimitMEMLOCK" >&2; \
+	  if grep -qE "error setting rlimits|setrlimit" <<<"$$output"; then \
+	    echo "this engine cannot grant unlimited locked memory (rootless or restricted): set MEMLOCK_LIMIT in .env to its limit in bytes (ulimit -l, times 1024), or raise the engine's LimitMEMLOCK (Podman: your user's memlock in /etc/security/limits.conf)" >&2; \
 	  else echo "$$output" >&2; fi; \
 	  exit 1; \
 	fi; \
@@ -165,7 +173,7 @@ test: test-unit build ## Unit tests, then build the image and run every suite ag
 	$(RUN_TESTS) $(call suites_unless_named,$(IMAGE_SUITES)) $(PYTEST_ARGS)
 
 .PHONY: test-image
-test-image: build $(TEST_VENV) ## Build the image, then run only the tests of the image itself (tests/image)
+test-image: build $(TEST_VENV) ## Build the image, then run only the tests of the image itself (tests/image, tests/runtimes)
 	$(RUN_TESTS) $(call suites_unless_named,$(IMAGE_SUITE)) $(PYTEST_ARGS)
 
 .PHONY: test-pulled

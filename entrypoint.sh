@@ -40,6 +40,9 @@ JUPYTER_SERVER_COMMAND=(jupyter lab)   # prepare_jupyter_auth picks jupyterhub-s
 export CONTAINER_MODE
 
 run_core_steps() {
+  check_paths_start_up_writes
+  # The FIFO the stop path waits on lives in RUN_DIR, which the check above found writable.
+  prepare_stop_path
   check_settings
   run_ngc_start_scripts
   set_up_container_user
@@ -160,7 +163,6 @@ run_command() {
 
 # A restarted container keeps its files: what the last start recorded is stale until this one is done.
 rm -f "$RUN_DIR/started" "$RUN_DIR/services"
-prepare_stop_path
 run_core_steps
 run_user_hooks
 if ((ENABLE_SSH)); then write_session_env; fi

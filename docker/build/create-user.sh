@@ -22,3 +22,7 @@ usermod --password '*' "$name"
 # Caches live in a named volume in compose; it must exist with the user's ownership to be seeded.
 install -d -o "$uid" -g "$gid" "/home/$name/.cache" "/home/$name/.ssh"
 chmod 700 "/home/$name/.ssh"
+# OpenShift runs the image as an arbitrary uid in group 0: the home and its cache are group 0's, with the
+# owner's rights (g=u). ~/.ssh stays the owner's alone, as sshd demands.
+chgrp 0 "/home/$name" "/home/$name/.cache"
+chmod g=u "/home/$name" "/home/$name/.cache"

@@ -7,12 +7,15 @@ validation, and the commands in them must be, word for word, the command compose
 """
 from __future__ import annotations
 
+import copy
 import re
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from tests.deploy.pod_security import restricted_violations
+from tests.runtimes.runtime_rules import KUBERNETES_TMPFS
 from tests.support import REPO_ROOT
 from tests.support.compose import compose_config
 from tests.support.multinode_compose import COMPOSE_FILE
@@ -91,8 +94,48 @@ def test_the_pytorchjob_pods_are_valid_and_have_gpus_shared_memory_and_the_check
         assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
         assert volumes[mounts["/workspace"]]["persistentVolumeClaim"]["claimName"] == claim_name
         assert int(container["resources"]["limits"]["nvidia.com/gpu"]) == int(pytorchjob["spec"]["nprocPerNode"])
-        assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
         assert "command" not in container, "command would replace the image's entrypoint; use args"
+
+
+def test_the_pytorchjob_pods_meet_the_restricted_pod_security_standard(pytorchjob):
+    for spec in pytorchjob["spec"]["pytorchReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        assert restricted_violations(pod) == []
+        assert pod["securityContext"]["fsGroup"], "the checkpoint volume must be the pod's group's"
+
+
+def test_the_pytorchjob_pods_have_a_read_only_root_with_the_folders_the_runtime_tests_give(pytorchjob):
+    """tests/runtimes starts the image with a tmpfs at each of KUBERNETES_TMPFS: the pods have those."""
+    for spec in pytorchjob["spec"]["pytorchReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        (container,) = pod["containers"]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        volumes = {volume["name"]: volume for volume in pod["volumes"]}
+        mounts = {mount["mountPath"]: volumes[mount["name"]] for mount in container["volumeMounts"]}
+        assert all("emptyDir" in mounts.get(path, {}) for path in KUBERNETES_TMPFS), sorted(mounts)
+
+
+# One pod that breaks each control, made from the PyTorchJob's: the checker must name each (a hostPath
+# breaks two: Baseline's host path rule and Restricted's volume types).
+BROKEN_PODS = {
+    "root": lambda pod, container: pod["securityContext"].update(runAsNonRoot=False),
+    "uid 0": lambda pod, container: container["securityContext"].update(runAsUser=0),
+    "escalation": lambda pod, container: container["securityContext"].update(allowPrivilegeEscalation=True),
+    "capabilities kept": lambda pod, container: container["securityContext"]["capabilities"].update(drop=[]),
+    "capability added": lambda pod, container: container["securityContext"]["capabilities"].update(add=["IPC_LOCK"]),
+    "seccomp": lambda pod, container: pod["securityContext"].update(seccompProfile={"type": "Unconfined"}),
+    "privileged": lambda pod, container: container["securityContext"].update(privileged=True),
+    "host network": lambda pod, container: pod.update(hostNetwork=True),
+    "host path": lambda pod, container: pod["volumes"].append({"name": "h", "hostPath": {"path": "/"}}),
+    "host port": lambda pod, container: container["ports"].append({"containerPort": 1, "hostPort": 1}),
+}
+
+
+@pytest.mark.parametrize("breakage", BROKEN_PODS)
+def test_the_restricted_check_names_a_pod_that_breaks_one_control(pytorchjob, breakage):
+    pod = copy.deepcopy(pytorchjob["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"])
+    BROKEN_PODS[breakage](pod, pod["containers"][0])
+    assert restricted_violations(pod), f"{breakage} went unnoticed"
 
 
 def operator_environment(job: dict) -> dict[str, str]:

@@ -4,6 +4,8 @@
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.support.containers import docker, run_container_to_completion
@@ -36,6 +38,21 @@ def test_a_file_made_in_the_workspace_belongs_to_puid_pgid(containers, tmp_path)
     made = workspace / "made-inside"
     assert (made.stat().st_uid, made.stat().st_gid) == (4321, 4322)
     assert container.run("stat -c %u:%g ~ ~/.cache").stdout.split() == ["4321:4322", "4321:4322"]
+
+
+def test_a_mounted_workspace_of_another_owner_keeps_its_owner_and_gets_one_line(image, tmp_path):
+    # Under rootless Podman the host user's own folder shows up as root's: re-owning it locks them out.
+    for folder, contents in (("empty", []), ("full", ["notes.txt"])):
+        workspace = tmp_path / folder
+        workspace.mkdir()
+        for name in contents:
+            (workspace / name).write_text("mine\n")
+        os.chown(workspace, 1234, 1234)
+        result = run_container_to_completion(image, command=["true"], options=["--volume", f"{workspace}:/workspace"])
+        assert result.returncode == 0, result.stderr
+        assert (workspace.stat().st_uid, workspace.stat().st_gid) == (1234, 1234)
+        warnings = [line for line in warning_lines(result.stderr) if "/workspace" in line]
+        assert len(warnings) == 1 and "not writable for the container user" in warnings[0], result.stderr
 
 
 def test_puid_taken_by_another_user_of_the_base_is_still_mapped(containers):

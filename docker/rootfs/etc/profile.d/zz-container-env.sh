@@ -10,6 +10,12 @@ elif [ -r "/proc/$$/environ" ]; then
   [ -n "$container_start_path" ] && PATH=$container_start_path && export PATH
   unset container_start_path
 fi
+# `docker exec` and `kubectl exec` give a uid without a passwd entry (OpenShift's) HOME=/, which it cannot
+# write; the image's home is group 0's with the owner's rights, so such a uid in group 0 can.
+if [ ! -w "${HOME:-/}" ] && [ -w "/home/${CONTAINER_USER:-dev}" ]; then
+  HOME=/home/${CONTAINER_USER:-dev}
+  export HOME
+fi
 # Root installs into the image itself (CI job containers, derived images); everyone else into a
 # persisted environment of their own that sees the image's packages (docs/editors.md).
 if [ "$(id -u)" != 0 ] && command -v user-packages >/dev/null 2>&1; then

@@ -8,6 +8,7 @@ readonly WORKSPACE_EXAMPLES_DIR=/workspace/examples
 
 copy_sample_notebooks() {
   local notebook name target partial error
+  "${AS_USER[@]}" test -w /workspace || return 0  # set_up_container_user has said why, in one line
   for notebook in "$SAMPLE_NOTEBOOKS_DIR"/*.ipynb; do
     name=$(basename "$notebook")
     target=$WORKSPACE_EXAMPLES_DIR/$name

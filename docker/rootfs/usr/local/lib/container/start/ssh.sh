@@ -68,7 +68,8 @@ write_authorized_keys() {
 # sshd switches to the user who logs in, which only root can do.
 ssh_can_run() {
   ((EUID == 0)) && return 0
-  log_warn "SSH needs the container to start as root to log users in; it is off. Drop --user and set PUID/PGID instead"
+  log_warn "SSH is off: sshd must start as root to log users in, and this container runs as uid $(id -u)" \
+           "(--user, Apptainer, Kubernetes); use exec (docker, kubectl) to get a shell, or start as root with PUID/PGID"
   return 1
 }
 
@@ -77,4 +78,7 @@ prepare_ssh() {
   write_authorized_keys
   # sshd drops privileges into this directory.
   install -d -m 0755 /run/sshd
+  # The image's home is group-writable for OpenShift (g=u), which sshd's StrictModes refuses for keys in
+  # ~/.ssh/authorized_keys; a container that runs sshd runs as root, never under OpenShift's rules.
+  chmod g-w "/home/$CONTAINER_USER" 2>/dev/null || true
 }

@@ -62,7 +62,47 @@ remap_user_ids() {
     # -h with -R's default -P: links are re-owned themselves, never followed to what they point at.
     chown -R -h "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")" "/home/$CONTAINER_USER"
   fi
-  chown "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")" /workspace 2>/dev/null || true
+  if workspace_is_unclaimed "$current_uid"; then
+    chown "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")" /workspace 2>/dev/null || true
+  fi
+}
+
+# Whether /workspace is safe to give to the container user: empty, and either the image's own (a new
+# named volume is a copy of it; $1 is its uid) or root's where root is the host's root (Docker made the
+# folder for a bind mount). Anything else belongs to someone on the host; under rootless Podman the host
+# user shows up as root here, and re-owning their folder would lock them out of it.
+workspace_is_unclaimed() {
+  local image_uid=$1 owner
+  # One entry is enough to know: a large workspace is not listed.
+  [[ -z $(find /workspace -mindepth 1 -maxdepth 1 -print -quit) ]] || return 1
+  owner=$(stat -c %u /workspace)
+  [[ $owner == "$image_uid" ]] && return 0
+  # Root's own only without a user namespace: uid 0 maps to uid 0 for the whole id range.
+  [[ $owner == 0 && $(awk '{print $1, $2, $3}' /proc/self/uid_map) == "0 0 4294967295" ]]
+}
+
+warn_if_workspace_not_writable() {
+  "${AS_USER[@]}" test -w /workspace && return 0
+  if ! mountpoint -q /workspace; then
+    log_warn "/workspace is the image's own and not writable here (a read-only root?); mount a folder or" \
+             "volume there (-v DIR:/workspace, a Kubernetes volume)"
+    return 0
+  fi
+  log_warn "/workspace (owner $(stat -c %u:%g /workspace)) is not writable for the container user" \
+           "($CONTAINER_UID:$CONTAINER_GID); give the mounted folder to that user (chown on the host), or set" \
+           "PUID/PGID (or --user) to its owner's ids; under rootless Podman, add --userns=keep-id"
+}
+
+# HOME must be writable (JupyterLab, pip and torch.compile write there); the image's may not be, under
+# a read-only root or for a uid that owns nothing: then a home of this start's own, in /tmp.
+ensure_writable_home() {
+  "${AS_USER[@]}" test -w "$HOME" && return 0
+  local fallback=/tmp/home-$CONTAINER_UID
+  if ! "${AS_USER[@]}" mkdir -p -m 0700 "$fallback" || ! "${AS_USER[@]}" test -O "$fallback"; then
+    fatal "HOME=$HOME is not writable for uid $CONTAINER_UID, nor is $fallback; mount a writable folder at $HOME (Kubernetes: an emptyDir), or add --tmpfs /tmp"
+  fi
+  log_warn "HOME=$HOME is not writable for uid $CONTAINER_UID: using $fallback, lost with the container; mount a volume at $HOME to keep it"
+  HOME=$fallback
 }
 
 give_unknown_uid_a_passwd_entry() {
@@ -79,7 +119,7 @@ give_unknown_uid_a_passwd_entry() {
   cp /etc/group "$NSS_WRAPPER_GROUP"
   getent group "$gid" >/dev/null || echo "$CONTAINER_USER:x:$gid:" >>"$NSS_WRAPPER_GROUP"
   export LD_PRELOAD=$library NSS_WRAPPER_PASSWD NSS_WRAPPER_GROUP
-  log_info "uid $uid is not in /etc/passwd: running as $CONTAINER_USER ($uid:$gid) with HOME=$home"
+  log_info "uid $uid is not in /etc/passwd: running as $CONTAINER_USER ($uid:$gid), whose passwd home is $home"
 }
 
 # Maps or names the container user, then sets what the entrypoint declared: CONTAINER_UID, CONTAINER_GID,
@@ -98,14 +138,20 @@ set_up_container_user() {
   fi
   CONTAINER_UID=$(id -u "$CONTAINER_USER" 2>/dev/null || id -u)
   CONTAINER_GID=$(id -g "$CONTAINER_USER" 2>/dev/null || id -g)
-  export HOME=/home/$CONTAINER_USER USER=$CONTAINER_USER LOGNAME=$CONTAINER_USER
-  if [[ ! -w $HOME ]] && ((EUID != 0)); then
-    HOME=/tmp/home-$(id -u)
+  # A runtime that starts us as the caller (Apptainer, Kubernetes) may give a HOME of its own; "/" is
+  # what Docker gives a uid without a passwd entry, which now has one.
+  if ((EUID == 0)); then
+    HOME=/home/$CONTAINER_USER
+  elif [[ ${HOME:-/} == / ]]; then
+    HOME=$(getent passwd "$(id -u)" | cut -d: -f6)
   fi
+  export HOME USER=$CONTAINER_USER LOGNAME=$CONTAINER_USER
   # The prefix that runs a command as the container user: it drops root when started as root.
   if ((EUID == 0)); then
     AS_USER=(setpriv --reuid="$CONTAINER_UID" --regid="$CONTAINER_GID" --init-groups --)
   else
     AS_USER=()
   fi
+  ensure_writable_home
+  warn_if_workspace_not_writable
 }
