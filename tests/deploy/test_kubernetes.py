@@ -14,8 +14,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.deploy.pod_security import restricted_violations
-from tests.runtimes.runtime_rules import KUBERNETES_TMPFS
+from tests.support.pod_security import restricted_violations
+from tests.support.runtime_rules import KUBERNETES_TMPFS
 from tests.support import REPO_ROOT
 from tests.support.compose import compose_config
 from tests.support.multinode_compose import COMPOSE_FILE

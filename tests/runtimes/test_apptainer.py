@@ -1,5 +1,5 @@
 """`apptainer run`: the image's entrypoint runs as the calling user, on a read-only image with the home
-mounted (runtime_rules.py). Start-up must not try to change users or ids; JupyterLab starts as that user
+mounted (tests/support/runtime_rules.py). Start-up must not try to change users or ids; JupyterLab starts as that user
 with its token; SSH, which needs root, is off with one line. (`apptainer exec` is Enroot's rules:
 test_enroot_pyxis.py.)
 
@@ -7,7 +7,7 @@ test_enroot_pyxis.py.)
 """
 from __future__ import annotations
 
-from tests.runtimes.runtime_rules import (SERVICE_OPTIONS, TRAIN, apptainer_run_flags, check_services_run_as,
+from tests.support.runtime_rules import (SERVICE_OPTIONS, TRAIN, apptainer_run_flags, check_services_run_as,
                                           checkpoints, make_home, owners)
 from tests.support.containers import run_container_to_completion
 

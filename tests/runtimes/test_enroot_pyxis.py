@@ -1,5 +1,5 @@
 """Enroot/Pyxis (`srun --container-image=...`) and `apptainer exec`: the image's ENV alone, no entrypoint,
-the caller's ids without a passwd entry, the cluster home mounted, a read-only image (runtime_rules.py).
+the caller's ids without a passwd entry, the cluster home mounted, a read-only image (tests/support/runtime_rules.py).
 
     make test-image PYTEST_ARGS=tests/runtimes/test_enroot_pyxis.py
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from tests.runtimes.runtime_rules import (TRAIN, checkpoints, enroot_flags, make_home, owners, poison_user_site,
+from tests.support.runtime_rules import (TRAIN, checkpoints, enroot_flags, make_home, owners, poison_user_site,
                                           run)
 from tests.support import REPO_ROOT
 from tests.support.containers import docker

@@ -1,6 +1,6 @@
 """Kubernetes' "restricted" Pod Security Standard, and OpenShift's arbitrary uid in group 0, reproduced with
 docker flags: a non-root uid, every capability dropped, no privilege escalation, a read-only root with
-an emptyDir wherever deploy/kubernetes gives one, the checkpoint volume with fsGroup (runtime_rules.py).
+an emptyDir wherever deploy/kubernetes gives one, the checkpoint volume with fsGroup (tests/support/runtime_rules.py).
 
     make test-image PYTEST_ARGS=tests/runtimes/test_kubernetes_restricted.py
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtimes.runtime_rules import (FS_GROUP, OPENSHIFT_UID, SERVICE_OPTIONS, TRAIN, check_services_run_as,
+from tests.support.runtime_rules import (FS_GROUP, OPENSHIFT_UID, SERVICE_OPTIONS, TRAIN, check_services_run_as,
                                           checkpoints, fs_group_volume, kubernetes_restricted_flags, owners)
 from tests.support.containers import docker, run_container_to_completion
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import requests
 
-from tests.runtimes.runtime_rules import TOKEN, TRAIN, checkpoints
+from tests.support.runtime_rules import TOKEN, TRAIN, checkpoints
 from tests.support.containers import run_container_to_completion
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 

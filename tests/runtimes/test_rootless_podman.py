@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import requests
 
-from tests.runtimes.runtime_rules import SSH_OFF_LINE, TOKEN, TRAIN, checkpoints
+from tests.support.runtime_rules import SSH_OFF_LINE, TOKEN, TRAIN, checkpoints
 from tests.support import REPO_ROOT
 from tests.support.containers import free_port
 from tests.support.podman import RootlessPodman, load_image, reset, rootless_podman

@@ -22,6 +22,9 @@ STARTUP_FILES = [REPO_ROOT / "entrypoint.sh",
                  *sorted((REPO_ROOT / "docker" / "rootfs" / "usr" / "local" / "bin").iterdir())]
 DEV_COMPOSE_FILES = [REPO_ROOT / "compose.yaml", REPO_ROOT / "compose.cpu.yaml"]
 NOT_FORWARDED_HEADING = "# Not forwarded, on purpose"
+# Set by every runtime for every process, never a setting of this image: start-up reads them only to
+# cope with what the runtime gave (Apptainer's and Enroot's HOME, for example).
+RUNTIME_VARIABLES = {"HOME", "PATH", "USER", "LOGNAME", "SHELL", "TERM"}
 
 
 def read(path: Path) -> str:
@@ -68,13 +71,22 @@ def test_every_suite_is_named_on_every_map(suite: str) -> None:
     assert not missing, f"tests/{suite}/ is a suite of make test; name it in " + "; and in ".join(missing)
 
 
+@pytest.mark.parametrize("suite", suites())
+def test_a_suite_folder_holds_only_tests(suite: str) -> None:
+    """Helpers live in tests/support/ and benchmarks in tools/, so each has one place to be found."""
+    others = [path.name for path in (REPO_ROOT / "tests" / suite).glob("*.py")
+              if not path.name.startswith("test_") and path.name not in {"conftest.py", "__init__.py"}]
+    assert not others, (f"tests/{suite}/ holds {others}: move a helper to tests/support/ and a benchmark to "
+                        "tools/ (docs/contributing.md)")
+
+
 # ---- variables ---------------------------------------------------------------------------------------
 
 def startup_variables() -> set[str]:
     """What start-up reads from the environment: every ${NAME:-...} (or -, +, ?) and every read_switch NAME."""
     text = "\n".join(read(path) for path in STARTUP_FILES)
     return (set(re.findall(r"\$\{([A-Z][A-Z0-9_]*):?[-+?]", text))
-            | set(re.findall(r"\bread_switch ([A-Z][A-Z0-9_]*)", text)))
+            | set(re.findall(r"\bread_switch ([A-Z][A-Z0-9_]*)", text))) - RUNTIME_VARIABLES
 
 
 class ComposeLoader(yaml.SafeLoader):

@@ -2,7 +2,7 @@
 answering through the hub's proxy (the spawn of their container included), and the memory each idle
 user container holds, for the users of tests/team/test_jupyterhub.py.
 
-    CA_BUNDLE=... IMAGE_UNDER_TEST=pytorch-dev:cpu-latest .venv-test/bin/python -m tests.team.bench_hub
+    CA_BUNDLE=... IMAGE_UNDER_TEST=pytorch-dev:cpu-latest .venv-test/bin/python -m tools.bench_hub
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.team.test_jupyterhub import USERS, log_in, open_jupyterlab, running_hub
+from tests.support.hub import USERS, log_in, open_jupyterlab, running_hub
 
 IDLE_S = 90  # after the page has loaded: the kernel-less server settles
 

@@ -1,7 +1,7 @@
 """Benchmark: seconds from starting the image to JupyterLab answering and to the first SSH login, under
 each runtime's rules, next to Docker, in one run (BENCHMARKS.md, "Start-up under other runtimes").
 
-    IMAGE_UNDER_TEST=pytorch-dev:cpu-latest .venv-test/bin/python -m tests.runtimes.bench_start_times
+    IMAGE_UNDER_TEST=pytorch-dev:cpu-latest .venv-test/bin/python -m tools.bench_start_times
 
 Each runtime starts the image ROUNDS times, in turn (docker, then each other runtime, then again), so
 background load hits all alike; the median of each is printed. Rootless Podman needs
@@ -24,7 +24,7 @@ from collections.abc import Callable
 import paramiko
 import requests
 
-from tests.runtimes.runtime_rules import (OPENSHIFT_UID, TOKEN, apptainer_run_flags, fs_group_volume,
+from tests.support.runtime_rules import (OPENSHIFT_UID, TOKEN, apptainer_run_flags, fs_group_volume,
                                           kubernetes_restricted_flags, make_home)
 from tests.support.containers import free_port
 from tests.support.podman import RootlessPodman, load_image, reset, rootless_podman
