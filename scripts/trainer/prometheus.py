@@ -19,8 +19,8 @@ is a no-op in processes that serve nothing. The cost per step is one histogram o
 update, a few microseconds (BENCHMARKS.md, "Prometheus metrics").
 
 /metrics has no authentication and listens on --prometheus-address (every interface by default). Each
-connection gets a thread, so a client that sends nothing is dropped after READ_TIMEOUT_S, and a burst
-of connections waits in a listen queue of LISTEN_BACKLOG instead of being refused.
+connection gets a thread, so a client that sends nothing is dropped after READ_TIMEOUT_S, silently, and a
+burst of connections waits in a listen queue of LISTEN_BACKLOG instead of being refused.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import math
 import os
 import socket
 import socketserver
+import sys
 import threading
 import time
 from typing import Any
@@ -58,6 +59,11 @@ class MetricsServer(socketserver.ThreadingMixIn, WSGIServer):
 
     daemon_threads = True
     request_queue_size = LISTEN_BACKLOG
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that timed out or hung up is no fault of the trainer's: no traceback in its output."""
+        if not isinstance(sys.exc_info()[1], OSError):  # socket timeouts are OSErrors too
+            super().handle_error(request, client_address)
 
 
 def start_metrics_server(registry: Any, address: str, port: int) -> MetricsServer:
