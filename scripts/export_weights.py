@@ -81,10 +81,11 @@ def read_model_weights(path: pathlib.Path) -> dict[str, torch.Tensor]:
 
 def write_huggingface_folder(weights: dict[str, torch.Tensor], config: dict[str, str], output: pathlib.Path) -> str:
     """Writes WEIGHTS as a GPT2LMHeadModel folder at OUTPUT; returns what was written, for the user."""
-    shape, vocab_size = huggingface.shape_of(config["model"]), int(config["vocab_size"])
-    if shape is None:
+    shape = huggingface.shape_of(config["model"])
+    if shape is None:  # before reading the vocabulary, which the CNN has none of
         sys.exit(f"export_weights.py: error: --format hf is for the GPT models; this checkpoint holds the CNN "
                  f"--model {config['model']}: use --format pt")
+    vocab_size = int(config["vocab_size"])
     init_from = None if config.get("init_from", "None") == "None" else pathlib.Path(config["init_from"])
     hf_config = huggingface.config_for(shape, vocab_size)
     if init_from and (init_from / "config.json").is_file():

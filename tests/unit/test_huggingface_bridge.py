@@ -16,7 +16,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from trainer import huggingface  # noqa: E402 (after the skip: the bridge itself needs no transformers)
+import export_weights  # noqa: E402 (after the skip: the bridge itself needs no transformers)
+from trainer import huggingface  # noqa: E402
 from trainer.config import parse_config  # noqa: E402
 from trainer.model import build_model  # noqa: E402
 
@@ -90,3 +91,9 @@ def test_the_folder_decides_the_model_so_model_and_vocab_size_are_refused(gpt2_f
     with pytest.raises(SystemExit):
         parse_config(["--init-from", str(gpt2_folder), "--model", "gpt2-small"], world_size=1)
     assert "--model with --init-from" in capsys.readouterr().err
+
+def test_exporting_the_cnn_as_hugging_face_is_one_line(tmp_path):
+    config = {"model": "small", "num_classes": "10", "vocab_size": "None", "init_from": "None"}
+    with pytest.raises(SystemExit, match="--format hf is for the GPT models"):
+        export_weights.write_huggingface_folder({}, config, tmp_path / "out")
+
