@@ -17,6 +17,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import export_weights  # noqa: E402 (after the skip: the bridge itself needs no transformers)
+import prepare_text  # noqa: E402
 from trainer import huggingface  # noqa: E402
 from trainer.config import parse_config  # noqa: E402
 from trainer.model import build_model  # noqa: E402
@@ -97,3 +98,12 @@ def test_exporting_the_cnn_as_hugging_face_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match="--format hf is for the GPT models"):
         export_weights.write_huggingface_folder({}, config, tmp_path / "out")
 
+def test_a_tokenizer_folder_needs_merges_txt_beside_vocab_json(tmp_path, capsys):
+    (tmp_path / "text.txt").write_text("hello")
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "vocab.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        prepare_text.parse_args([str(tmp_path / "text.txt"), str(tmp_path / "out.bin"),
+                                 "--tokenizer", str(tmp_path / "tokenizer")])
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and "merges.txt" in errors[0], errors
