@@ -313,8 +313,9 @@ def describe_model_change(saved_config: dict[str, str], args: argparse.Namespace
 
 
 def with_model_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """A copy of ARGS with the model filled in (--init-from's, or the CNN), and a GPT's own --seq-len and
-    --vocab-size where they were not given. Raises PretrainedError when --init-from cannot say its model."""
+    """A copy of ARGS with the model filled in (--init-from's, or the CNN), --init-from made absolute, and a
+    GPT's own --seq-len and --vocab-size where they were not given. Raises PretrainedError when --init-from
+    cannot say its model."""
     if args.init_from is not None:
         if args.model is not None or args.vocab_size is not None:
             flag = "--model" if args.model is not None else "--vocab-size"
@@ -323,7 +324,9 @@ def with_model_defaults(args: argparse.Namespace) -> argparse.Namespace:
         if not args.init_from.is_dir():
             raise huggingface.PretrainedError(f"--init-from {args.init_from} is not a directory")
         shape, vocab_size = huggingface.read_shape(args.init_from)
-        args = argparse.Namespace(**{**vars(args), "model": huggingface.model_name(shape), "vocab_size": vocab_size})
+        # Absolute, as the checkpoint's config keeps it: export reads the tokenizer from there, from anywhere.
+        args = argparse.Namespace(**{**vars(args), "model": huggingface.model_name(shape), "vocab_size": vocab_size,
+                                     "init_from": args.init_from.resolve()})
     args = argparse.Namespace(**{**vars(args), "model": args.model or "small"})
     if not is_language_model(args.model):
         return args

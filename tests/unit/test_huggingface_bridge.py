@@ -93,6 +93,12 @@ def test_the_folder_decides_the_model_so_model_and_vocab_size_are_refused(gpt2_f
         parse_config(["--init-from", str(gpt2_folder), "--model", "gpt2-small"], world_size=1)
     assert "--model with --init-from" in capsys.readouterr().err
 
+def test_a_relative_init_from_is_stored_absolute(gpt2_folder, tmp_path, monkeypatch):
+    monkeypatch.chdir(gpt2_folder.parent)
+    args = parse_config(["--init-from", gpt2_folder.name, "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    assert args.init_from == gpt2_folder.resolve()  # export reads it from another working directory
+
+
 def test_exporting_the_cnn_as_hugging_face_is_one_line(tmp_path):
     config = {"model": "small", "num_classes": "10", "vocab_size": "None", "init_from": "None"}
     with pytest.raises(SystemExit, match="--format hf is for the GPT models"):
