@@ -76,6 +76,7 @@ def copy_with_config(folder: pathlib.Path, destination: pathlib.Path, **changes:
     ({"n_embd": 32, "n_head": 4}, "tensor wte.weight has shape [50257, 64], but config.json describes [50257, 32]"),
     ({"model_type": "llama"}, "has model_type 'llama'; only GPT-2"),
     ({"activation_function": "relu"}, "sets activation_function to 'relu'"),
+    ({"tie_word_embeddings": False}, "sets tie_word_embeddings to False"),
 ])
 def test_a_folder_that_does_not_fit_is_one_line_naming_the_tensor_or_setting(gpt2_folder, tmp_path, capsys,
                                                                             changes, message):
@@ -92,6 +93,37 @@ def test_the_folder_decides_the_model_so_model_and_vocab_size_are_refused(gpt2_f
     with pytest.raises(SystemExit):
         parse_config(["--init-from", str(gpt2_folder), "--model", "gpt2-small"], world_size=1)
     assert "--model with --init-from" in capsys.readouterr().err
+
+def copy_with_tensors(folder: pathlib.Path, destination: pathlib.Path, **changes: torch.Tensor) -> pathlib.Path:
+    from safetensors.torch import load_file, save_file
+
+    destination.mkdir()
+    (destination / "config.json").symlink_to(folder / "config.json")
+    save_file({**load_file(folder / "model.safetensors"), **changes}, destination / "model.safetensors")
+    return destination
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"h.0.attn.rotary.weight": torch.zeros(4)}, "has tensor h.0.attn.rotary.weight, which"),
+    ({"lm_head.weight": torch.zeros(50257, 64)}, "lm_head.weight is not wte.weight"),
+])
+def test_a_tensor_the_model_would_drop_is_one_line(gpt2_folder, tmp_path, capsys, extra, message):
+    folder = copy_with_tensors(gpt2_folder, tmp_path / "extra", **extra)
+    with pytest.raises(SystemExit):
+        parse_config(["--init-from", str(folder), "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and message in errors[0], errors
+
+
+def test_a_tied_lm_head_and_the_attention_buffers_are_accepted(gpt2_folder, tmp_path):
+    from safetensors.torch import load_file
+
+    wte = load_file(gpt2_folder / "model.safetensors")["transformer.wte.weight"]
+    folder = copy_with_tensors(gpt2_folder, tmp_path / "tied", **{"lm_head.weight": wte.clone(),
+                                                                  "transformer.h.0.attn.bias": torch.ones(1),
+                                                                  "transformer.h.1.attn.masked_bias": torch.ones(1)})
+    parse_config(["--init-from", str(folder), "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+
 
 def test_a_relative_init_from_is_stored_absolute(gpt2_folder, tmp_path, monkeypatch):
     monkeypatch.chdir(gpt2_folder.parent)
