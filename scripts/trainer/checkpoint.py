@@ -241,8 +241,21 @@ def read_checkpoint(path: pathlib.Path, template: Callable[[], dict[str, Any]],
     if problem:
         raise IncompatibleCheckpoint(problem)
     tensors = {key: value for key, value in template().items() if key in SHARDED_KEYS}
-    dcp.load(tensors, checkpoint_id=path)  # fills TENSORS in place, reading the parts this rank holds
+    try:
+        dcp.load(tensors, checkpoint_id=path)  # fills TENSORS in place, reading the parts this rank holds
+    except CheckpointException as error:  # every rank gets the same one: DCP gathers all ranks' failures
+        mismatch = size_mismatch(error)
+        if mismatch:  # a whole checkpoint of another model, not a corrupt one: leave it where it is
+            raise IncompatibleCheckpoint(f"{path} holds another model's tensors ({mismatch}): use the flags it "
+                                         f"was saved with to resume, or another --ckpt-dir to start afresh") from None
+        raise
     return {**state, **tensors}
+
+
+def size_mismatch(error: CheckpointException) -> str | None:
+    """DCP's "Size mismatch between saved ... and current ... for NAME" on any rank, or None."""
+    messages = (str(failure) for failure, _ in error.failures.values())
+    return next((message for message in messages if message.startswith("Size mismatch")), None)
 
 
 def missing_shard(path: pathlib.Path) -> str | None:
