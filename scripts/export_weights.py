@@ -68,15 +68,24 @@ def read_model_weights(path: pathlib.Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(missing)
     config = read_config(path)
     vocab_size = None if config["vocab_size"] == "None" else int(config["vocab_size"])
-    pretrained = config.get("init_from", "None") != "None"
     # The model built from the saved flags gives the names and full shapes; DCP fills them from the shards.
     model = build_model(config["model"], num_classes=int(config["num_classes"]), vocab_size=vocab_size,
-                        padded_vocab_size=huggingface.padded(vocab_size) if pretrained else None)
+                        padded_vocab_size=saved_padded_vocab_size(config, vocab_size))
     weights = {"model": model.state_dict()}
     with warnings.catch_warnings():  # DCP warns that it loads without a process group: that is the intent here
         warnings.simplefilter("ignore", UserWarning)
         dcp.load(weights, checkpoint_id=path)
     return weights["model"]
+
+
+def saved_padded_vocab_size(config: dict[str, str], vocab_size: int | None) -> int | None:
+    """The embedding rows a GPT checkpoint was saved with; checkpoints that predate recording them are
+    derived the way the trainer derived them, padded when made with --init-from."""
+    if config.get("padded_vocab_size", "None") != "None":
+        return int(config["padded_vocab_size"])
+    if vocab_size is None:  # the CNN
+        return None
+    return huggingface.padded_vocab_size(vocab_size, pretrained=config.get("init_from", "None") != "None")
 
 
 def write_huggingface_folder(weights: dict[str, torch.Tensor], config: dict[str, str], output: pathlib.Path) -> str:

@@ -90,7 +90,7 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
     dataset, num_classes = build_dataset(args)
     torch.manual_seed(args.seed)  # identical initial weights on every rank and in every run
     model = build_model(args.model, num_classes=num_classes, vocab_size=args.vocab_size,
-                        padded_vocab_size=huggingface.padded(args.vocab_size) if args.init_from else None)
+                        padded_vocab_size=args.padded_vocab_size)
     if args.init_from:  # on the bare model, so DDP and FSDP at any world size start from the same full weights
         huggingface.load_pretrained(model, args.init_from)
     model = model.to(device)

@@ -77,8 +77,10 @@ def shape_of(name: str) -> GPTShape | None:
     return GPTShape(layers=layers, heads=heads, width=width, max_seq_len=positions)
 
 
-def padded(vocab_size: int) -> int:
-    return math.ceil(vocab_size / VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+def padded_vocab_size(vocab_size: int, *, pretrained: bool) -> int:
+    """The token embedding's rows: a pretrained vocabulary padded to a multiple of VOCAB_MULTIPLE, or a
+    vocabulary chosen with --vocab-size as it is. Part of the model's shape, so checkpoints record it."""
+    return math.ceil(vocab_size / VOCAB_MULTIPLE) * VOCAB_MULTIPLE if pretrained else vocab_size
 
 
 def hf_names(layers: int) -> dict[str, str]:

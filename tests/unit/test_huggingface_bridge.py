@@ -8,6 +8,7 @@ The folders are made here with transformers (a test-only dependency); nothing to
 """
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 
@@ -19,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 import export_weights  # noqa: E402 (after the skip: the bridge itself needs no transformers)
 import prepare_text  # noqa: E402
 from trainer import huggingface  # noqa: E402
-from trainer.config import parse_config  # noqa: E402
+from trainer.config import describe_model_change, parse_config, with_model_defaults  # noqa: E402
 from trainer.model import build_model  # noqa: E402
 
 # fp32 on both sides; the two attentions add up in another order (SDPA against an explicit softmax),
@@ -41,7 +42,7 @@ def gpt2_folder(tmp_path_factory) -> pathlib.Path:
 def test_the_trainers_model_gives_hugging_faces_logits_on_the_same_weights(gpt2_folder):
     shape, vocab_size = huggingface.read_shape(gpt2_folder)
     ours = build_model(huggingface.model_name(shape), num_classes=0, vocab_size=vocab_size,
-                       padded_vocab_size=huggingface.padded(vocab_size))
+                       padded_vocab_size=huggingface.padded_vocab_size(vocab_size, pretrained=True))
     huggingface.load_pretrained(ours, gpt2_folder)
     theirs = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder).eval()
     tokens = torch.randint(vocab_size, (2, 128), generator=torch.Generator().manual_seed(1))
@@ -55,7 +56,7 @@ def test_the_trainers_model_gives_hugging_faces_logits_on_the_same_weights(gpt2_
 def test_export_gives_back_exactly_the_tensors_it_read(gpt2_folder):
     shape, vocab_size = huggingface.read_shape(gpt2_folder)
     model = build_model(huggingface.model_name(shape), num_classes=0, vocab_size=vocab_size,
-                        padded_vocab_size=huggingface.padded(vocab_size))
+                        padded_vocab_size=huggingface.padded_vocab_size(vocab_size, pretrained=True))
     huggingface.load_pretrained(model, gpt2_folder)
     exported = huggingface.to_huggingface(model.state_dict(), shape, vocab_size)
     original = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder).state_dict()
@@ -94,6 +95,7 @@ def test_the_folder_decides_the_model_so_model_and_vocab_size_are_refused(gpt2_f
         parse_config(["--init-from", str(gpt2_folder), "--model", "gpt2-small"], world_size=1)
     assert "--model with --init-from" in capsys.readouterr().err
 
+
 def copy_with_tensors(folder: pathlib.Path, destination: pathlib.Path, **changes: torch.Tensor) -> pathlib.Path:
     from safetensors.torch import load_file, save_file
 
@@ -131,10 +133,20 @@ def test_a_relative_init_from_is_stored_absolute(gpt2_folder, tmp_path, monkeypa
     assert args.init_from == gpt2_folder.resolve()  # export reads it from another working directory
 
 
+def test_a_fine_tuned_checkpoint_is_not_resumed_without_its_padded_vocabulary(gpt2_folder, tmp_path):
+    fine_tuned = parse_config(["--init-from", str(gpt2_folder), "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    saved = {name: str(value) for name, value in vars(fine_tuned).items()}
+    # The same model and vocabulary named by flags, without --init-from: the embedding would be unpadded.
+    by_flags = with_model_defaults(argparse.Namespace(**{**vars(fine_tuned), "init_from": None}))
+    assert (by_flags.model, by_flags.vocab_size) == (fine_tuned.model, fine_tuned.vocab_size)
+    assert "50304; now" in describe_model_change(saved, by_flags)
+
+
 def test_exporting_the_cnn_as_hugging_face_is_one_line(tmp_path):
     config = {"model": "small", "num_classes": "10", "vocab_size": "None", "init_from": "None"}
     with pytest.raises(SystemExit, match="--format hf is for the GPT models"):
         export_weights.write_huggingface_folder({}, config, tmp_path / "out")
+
 
 def test_a_tokenizer_folder_needs_merges_txt_beside_vocab_json(tmp_path, capsys):
     (tmp_path / "text.txt").write_text("hello")
