@@ -127,32 +127,34 @@ def train(state: TrainingState, reporter: MetricsReporter, stop: StopSignal) -> 
     """Trains from STATE's step to --max-steps, or to a stop signal; saves on the way and at the end."""
     args = state.args
     # Sharded checkpoints are written in the background; the DDP file stays synchronous (docs/training.md).
-    saver = (BackgroundSaver(state.placement.is_main, state.group)
+    saver = (BackgroundSaver(state.placement.is_main, control_group=state.group, timeout_s=args.pg_timeout)
              if args.async_checkpoint and args.parallel == "fsdp" else None)
     prometheus.training_started(state.step)
     reporter.restart_clock(state.step)
     last_saved_step, loss_sum = state.step, torch.zeros((), device=state.device)
-    while state.step < args.max_steps:
-        if stop.agreed_by_any_rank(state.group):  # every rank sees the same answer at the same step
-            break
-        lr = state.scheduler.get_last_lr()[0]
-        loss_sum += train_one_step(state)
-        state.scheduler.step()
-        state.step += 1
-        prometheus.step_finished(state.step)
-        if state.step % args.log_every == 0 or state.step == args.max_steps:
-            totals = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))  # a collective
-            reporter.report(state, lr, totals)
-            loss_sum.zero_()
-        if saver and saver.done_everywhere():
+    try:
+        while state.step < args.max_steps:
+            if stop.agreed_by_any_rank(state.group):  # every rank sees the same answer at the same step
+                break
+            lr = state.scheduler.get_last_lr()[0]
+            loss_sum += train_one_step(state)
+            state.scheduler.step()
+            state.step += 1
+            prometheus.step_finished(state.step)
+            if state.step % args.log_every == 0 or state.step == args.max_steps:
+                totals = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))  # a collective
+                reporter.report(state, lr, totals)
+                loss_sum.zero_()
+            if saver and saver.done_everywhere():
+                finish_background_save(state, saver)
+            if args.save_every and state.step % args.save_every == 0:
+                save_training_state(state, saver)
+                last_saved_step = state.step
+        if saver:  # a stop signal too waits for the save in flight, then saves the last step synchronously
             finish_background_save(state, saver)
-        if args.save_every and state.step % args.save_every == 0:
-            save_training_state(state, saver)
-            last_saved_step = state.step
-
-    if saver:  # a stop signal too waits for the save in flight, then saves the last step synchronously
-        finish_background_save(state, saver)
-        saver.close()
+    finally:  # after a crash too: the write in flight ends before main destroys the process group
+        if saver:
+            saver.close()
     if state.step > last_saved_step or args.max_steps == 0 == state.step:  # 0 steps: keep the start
         save_training_state(state, saver=None)
     dist.barrier(group=state.group)  # nobody leaves while rank 0 may still be writing
