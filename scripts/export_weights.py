@@ -99,8 +99,8 @@ def write_huggingface_folder(weights: dict[str, torch.Tensor], config: dict[str,
     hf_config = huggingface.config_for(shape, vocab_size)
     if init_from and (init_from / "config.json").is_file():
         hf_config = json.loads((init_from / "config.json").read_text())  # keeps its token ids and settings
-    copied = huggingface.write_folder(output, huggingface.to_huggingface(weights, shape, vocab_size), hf_config,
-                                      tokenizer_from=init_from)
+    copied = huggingface.write_folder(output, tensors=huggingface.to_huggingface(weights, shape, vocab_size),
+                                      config=hf_config, tokenizer_from=init_from)
     if init_from and not copied:
         print(f"warning: no tokenizer files in {init_from} (moved or none): copy them into {output} yourself",
               file=sys.stderr)

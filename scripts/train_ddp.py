@@ -114,7 +114,7 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
                         pin_memory=device.type == "cuda" if args.pin_memory is None else args.pin_memory,
                         persistent_workers=args.persistent_workers and args.num_workers > 0)
     state = TrainingState(model, optimizer=optimizer, scaler=scaler, scheduler=scheduler,
-                          stream=MicroBatchStream(loader, sampler, epoch=0, batches_done=0), args=args,
+                          stream=MicroBatchStream(loader, sampler=sampler, epoch=0, batches_done=0), args=args,
                           placement=placement, device=device, precision=precision, group=group)
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)  # every rank at once: exist_ok makes that safe
     resume_from_newest_checkpoint(state)
@@ -193,11 +193,14 @@ def build_dataset(args: argparse.Namespace) -> tuple[Dataset, int]:
     if is_language_model(args.model):
         if args.data_file is not None:
             return TokenFile(args.data_file, args.seq_len), 0
-        return SyntheticTokens(args.synthetic_samples, args.seq_len, args.vocab_size, args.seed), 0
+        return SyntheticTokens(args.synthetic_samples, seq_len=args.seq_len, vocab_size=args.vocab_size,
+                               seed=args.seed), 0
     if args.data_dir is not None:
         dataset = load_image_folder(str(args.data_dir), args.image_size)
         return dataset, len(dataset.classes)
-    return SyntheticImages(args.synthetic_samples, args.image_size, args.num_classes, args.seed), args.num_classes
+    images = SyntheticImages(args.synthetic_samples, image_size=args.image_size, num_classes=args.num_classes,
+                             seed=args.seed)
+    return images, args.num_classes
 
 
 def training_flops_per_sample(model: nn.Module, dataset: Dataset, args: argparse.Namespace) -> int:
@@ -278,7 +281,7 @@ def save_training_state(state: TrainingState, saver: BackgroundSaver | None) -> 
         if saver:
             saver.start(snapshot, path)
         elif sharded:
-            save_sharded_checkpoint(snapshot, path, placement.is_main, state.group)
+            save_sharded_checkpoint(snapshot, path=path, is_main=placement.is_main, group=state.group)
         elif placement.is_main:
             save_checkpoint_atomically(snapshot, path)
     except CheckpointWriteError as error:
@@ -335,7 +338,8 @@ def resume_from_newest_checkpoint(state: TrainingState) -> None:
 
     started = time.perf_counter()
     try:
-        loaded = load_newest_checkpoint(args.ckpt_dir, state.state_dict, check_config, placement.is_main)
+        loaded = load_newest_checkpoint(args.ckpt_dir, template=state.state_dict, check_config=check_config,
+                                        is_main=placement.is_main)
     except IncompatibleCheckpoint as error:  # same answer on every rank: they read the same config
         exit_with_error(str(error), placement, status=2)
     found_steps: list[Any] = [None] * placement.world_size

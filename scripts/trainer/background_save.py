@@ -89,8 +89,9 @@ class BackgroundSaver:
         try:
             pending.upload.result()
         except CheckpointException as error:  # every rank gets the same one: DCP gathers all ranks' failures
-            discard_failed_write(error, pending.temporary, pending.path, self.is_main)
-        make_visible(pending.training_state, pending.temporary, pending.path, self.is_main, self.control_group)
+            discard_failed_write(error, temporary=pending.temporary, path=pending.path, is_main=self.is_main)
+        make_visible(pending.training_state, temporary=pending.temporary, path=pending.path, is_main=self.is_main,
+                     group=self.control_group)
         return pending
 
     def close(self) -> None:

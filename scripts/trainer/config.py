@@ -258,10 +258,11 @@ def check_model_flags(args: argparse.Namespace, world_size: int) -> str | None:
         return None
     if importlib.util.find_spec("numpy") is None:
         return "--data-file needs numpy, which is not installed; pip install numpy or drop --data-file"
-    return check_token_file(args.data_file, args.seq_len, args.vocab_size, args.batch_size * world_size)
+    return check_token_file(args.data_file, seq_len=args.seq_len, vocab_size=args.vocab_size,
+                            samples_per_step=args.batch_size * world_size)
 
 
-def check_token_file(path: pathlib.Path, seq_len: int, vocab_size: int, samples_per_step: int) -> str | None:
+def check_token_file(path: pathlib.Path, *, seq_len: int, vocab_size: int, samples_per_step: int) -> str | None:
     """A problem with PATH as uint16 token data for windows of SEQ_LEN tokens, or None.
 
     It reads the whole file once (memory-mapped) for the largest token id, since a token outside the

@@ -212,7 +212,7 @@ def config_for(shape: GPTShape, vocab_size: int) -> dict[str, object]:
             "tie_word_embeddings": True}
 
 
-def write_folder(output: pathlib.Path, tensors: dict[str, torch.Tensor], config: dict[str, object],
+def write_folder(output: pathlib.Path, *, tensors: dict[str, torch.Tensor], config: dict[str, object],
                  tokenizer_from: pathlib.Path | None) -> list[str]:
     """Writes a from_pretrained folder at OUTPUT; returns the tokenizer files copied from TOKENIZER_FROM."""
     from safetensors.torch import save_file

@@ -131,7 +131,8 @@ def test_a_checkpoint_of_other_tensor_shapes_is_refused_not_moved_aside(tmp_path
         torch.save({"config": {}}, path / TRAINING_STATE_FILE)
         unpadded = {"model": {"token_embedding.weight": torch.zeros(50257, 4)}}
         with pytest.raises(IncompatibleCheckpoint, match="token_embedding.weight"):
-            load_newest_checkpoint(tmp_path, lambda: unpadded, lambda config: None, is_main=True)
+            load_newest_checkpoint(tmp_path, template=lambda: unpadded, check_config=lambda config: None,
+                                   is_main=True)
     assert names(tmp_path) == ["step_000010"]  # a checkpoint of another shape is no corrupt one
 
 
