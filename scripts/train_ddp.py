@@ -16,16 +16,18 @@ What it does, in the order this file does it:
   * parses and checks every flag before any process group exists (`--help` lists them);
   * joins the process group (NCCL on GPU, gloo on CPU) with each rank on its own device;
   * builds a small CNN on synthetic images (or an image folder), or a GPT-2 style Transformer on
-    synthetic tokens (or a uint16 token file), and spreads it over the ranks with DDP or FSDP2
+    synthetic tokens (or a uint16 token file), optionally starting from a Hugging Face GPT-2 folder
+    (--init-from, trainer/huggingface.py), and spreads it over the ranks with DDP or FSDP2
     (trainer/parallel.py holds every line where the two differ);
   * trains with a DistributedSampler, bf16/fp16/fp32, gradient accumulation, clipping and optional
     per-block torch.compile and activation checkpointing;
   * resumes from the newest readable checkpoint in --ckpt-dir at the exact batch it stopped at,
     so a restarted job repeats and skips nothing, at any world size for sharded checkpoints;
-  * writes checkpoints atomically (one file from rank 0 under DDP, one shard per rank under FSDP)
-    and keeps the newest --keep;
-  * on SIGTERM/SIGINT stops every rank at the same step, saves, and exits 0 well within the
-    30 s that docker stop, Slurm and torchrun allow.
+  * writes checkpoints atomically (one file from rank 0 under DDP, one shard per rank under FSDP,
+    written in the background while training goes on: trainer/background_save.py) and keeps the
+    newest --keep;
+  * on SIGTERM/SIGINT stops every rank at the same step, finishes a background save in flight, saves,
+    and exits 0 (docs/training.md says how long that takes against docker stop's grace period).
 The training state (model, optimizer, scaler, schedule, data position) is one object,
 trainer/state.py; helpers live in trainer/ beside this file, each doing one job.
 """
@@ -95,8 +97,8 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
         huggingface.load_pretrained(model, args.init_from)
     model = model.to(device)
     peak = peak_flops(device, args.peak_tflops)
-    reporter = MetricsReporter(args, placement=placement, device=device, peak=peak,  # counted before DDP wraps it
-                               flops_per_sample=training_flops_per_sample(model, dataset, args) if peak else None)
+    flops_per_sample = training_flops_per_sample(model, dataset, args) if peak else None  # before DDP wraps it
+    reporter = MetricsReporter(args, placement=placement, device=device, peak=peak, flops_per_sample=flops_per_sample)
     torch.manual_seed(args.seed + placement.rank)  # per-rank RNG streams, e.g. for dropout or augmentation
 
     # DDP or FSDP, activation checkpointing, per-block compile: trainer.parallel holds every difference.
@@ -155,7 +157,7 @@ def train(state: TrainingState, reporter: MetricsReporter, stop: StopSignal) -> 
     finally:  # after a crash too: the write in flight ends before main destroys the process group
         if saver:
             saver.close()
-    if state.step > last_saved_step or args.max_steps == 0 == state.step:  # 0 steps: keep the start
+    if state.step > last_saved_step or (args.max_steps == 0 and state.step == 0):  # 0 steps: keep the start
         save_training_state(state, saver=None)
     dist.barrier(group=state.group)  # nobody leaves while rank 0 may still be writing
     reporter.close()

@@ -19,7 +19,7 @@ import shutil
 
 import torch
 
-from trainer.gpt import GPT_SIZES, GPTShape
+from trainer.gpt import GPT_SIZES, GPTShape, Transformer
 
 VOCAB_MULTIPLE = 64
 SAFETENSORS_FILE, PICKLE_FILE = "model.safetensors", "pytorch_model.bin"
@@ -102,8 +102,6 @@ def is_conv1d_weight(hf_name: str) -> bool:
 
 def hf_shapes(shape: GPTShape, vocab_size: int) -> dict[str, tuple[int, ...]]:
     """GPT-2's name -> the shape its tensor must have for SHAPE and VOCAB_SIZE (before padding)."""
-    from trainer.gpt import Transformer
-
     with torch.device("meta"):  # shapes only: no memory, no initialisation
         model = Transformer(shape, vocab_size)
     ours = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
@@ -119,7 +117,8 @@ def weights_file(folder: pathlib.Path) -> pathlib.Path:
 
 
 def read_tensors(folder: pathlib.Path) -> dict[str, torch.Tensor]:
-    """FOLDER's tensors under GPT-2's bare names (a `transformer.` prefix removed), memory-mapped where it can."""
+    """FOLDER's tensors under GPT-2's bare names (a `transformer.` prefix removed), in CPU memory (a
+    pickle's are memory-mapped instead)."""
     path = weights_file(folder)
     if path.name == SAFETENSORS_FILE:
         from safetensors.torch import load_file  # checked up front by config.py

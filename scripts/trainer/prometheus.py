@@ -104,7 +104,7 @@ class TrainingExporter:
         self.mfu = gauge("trainer_mfu_ratio", "Model FLOPs utilization, 0 to 1, where the GPU's peak is known")
         self.step_seconds = Histogram("trainer_step_duration_seconds", "Wall time of one optimizer step",
                                       LABELS, buckets=STEP_SECONDS_BUCKETS, registry=self.registry).labels(**labels)
-        # Only the rank that writes checkpoints (global rank 0) has these two.
+        # Every node's exporter has these two: all ranks take part in a save and see it end.
         self.checkpoint_time = gauge("trainer_last_checkpoint_timestamp_seconds",
                                      "Unix time the last checkpoint was written")
         self.checkpoint_seconds = gauge("trainer_last_checkpoint_duration_seconds",
