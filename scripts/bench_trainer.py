@@ -66,7 +66,7 @@ def run_bare_loop(args: argparse.Namespace) -> None:
 
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    dataset = SyntheticImages(16384, 32, 10, seed=0)
+    dataset = SyntheticImages(16384, image_size=32, num_classes=10, seed=0)
     model = DistributedDataParallel(build_model(args.model, num_classes=10, vocab_size=None))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
     sampler = DistributedSampler(dataset, seed=0, drop_last=True)
@@ -110,7 +110,7 @@ def run_bare_fsdp_loop(args: argparse.Namespace) -> None:
         fully_shard(block)
     fully_shard(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
-    dataset = SyntheticTokens(16384, args.seq_len, 256, seed=0)
+    dataset = SyntheticTokens(16384, seq_len=args.seq_len, vocab_size=256, seed=0)
     sampler = DistributedSampler(dataset, seed=0, drop_last=True)
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
                         num_workers=args.num_workers, persistent_workers=args.num_workers > 0)

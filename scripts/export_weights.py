@@ -68,10 +68,9 @@ def read_model_weights(path: pathlib.Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(missing)
     config = read_config(path)
     vocab_size = None if config["vocab_size"] == "None" else int(config["vocab_size"])
-    pretrained = config.get("init_from", "None") != "None"
     # The model built from the saved flags gives the names and full shapes; DCP fills them from the shards.
     model = build_model(config["model"], num_classes=int(config["num_classes"]), vocab_size=vocab_size,
-                        padded_vocab_size=huggingface.padded(vocab_size) if pretrained else None)
+                        padded_vocab_size=saved_padded_vocab_size(config, vocab_size))
     weights = {"model": model.state_dict()}
     with warnings.catch_warnings():  # DCP warns that it loads without a process group: that is the intent here
         warnings.simplefilter("ignore", UserWarning)
@@ -79,18 +78,29 @@ def read_model_weights(path: pathlib.Path) -> dict[str, torch.Tensor]:
     return weights["model"]
 
 
+def saved_padded_vocab_size(config: dict[str, str], vocab_size: int | None) -> int | None:
+    """The embedding rows a GPT checkpoint was saved with; checkpoints that predate recording them are
+    derived the way the trainer derived them, padded when made with --init-from."""
+    if config.get("padded_vocab_size", "None") != "None":
+        return int(config["padded_vocab_size"])
+    if vocab_size is None:  # the CNN
+        return None
+    return huggingface.padded_vocab_size(vocab_size, pretrained=config.get("init_from", "None") != "None")
+
+
 def write_huggingface_folder(weights: dict[str, torch.Tensor], config: dict[str, str], output: pathlib.Path) -> str:
     """Writes WEIGHTS as a GPT2LMHeadModel folder at OUTPUT; returns what was written, for the user."""
-    shape, vocab_size = huggingface.shape_of(config["model"]), int(config["vocab_size"])
-    if shape is None:
+    shape = huggingface.shape_of(config["model"])
+    if shape is None:  # before reading the vocabulary, which the CNN has none of
         sys.exit(f"export_weights.py: error: --format hf is for the GPT models; this checkpoint holds the CNN "
                  f"--model {config['model']}: use --format pt")
+    vocab_size = int(config["vocab_size"])
     init_from = None if config.get("init_from", "None") == "None" else pathlib.Path(config["init_from"])
     hf_config = huggingface.config_for(shape, vocab_size)
     if init_from and (init_from / "config.json").is_file():
         hf_config = json.loads((init_from / "config.json").read_text())  # keeps its token ids and settings
-    copied = huggingface.write_folder(output, huggingface.to_huggingface(weights, shape, vocab_size), hf_config,
-                                      tokenizer_from=init_from)
+    copied = huggingface.write_folder(output, tensors=huggingface.to_huggingface(weights, shape, vocab_size),
+                                      config=hf_config, tokenizer_from=init_from)
     if init_from and not copied:
         print(f"warning: no tokenizer files in {init_from} (moved or none): copy them into {output} yourself",
               file=sys.stderr)

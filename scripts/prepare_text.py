@@ -37,8 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         folder = pathlib.Path(args.tokenizer)
         if not folder.is_dir():
             parser.error(f"--tokenizer {args.tokenizer} is neither bytes, gpt2 nor a directory")
-        if not (folder / "tokenizer.json").is_file() and not (folder / "vocab.json").is_file():
-            parser.error(f"--tokenizer {folder} holds no tokenizer.json nor vocab.json and merges.txt")
+        has_pair = (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file()
+        if not (folder / "tokenizer.json").is_file() and not has_pair:  # a BPE needs its merges as well
+            parser.error(f"--tokenizer {folder} holds neither tokenizer.json nor both vocab.json and merges.txt")
     if not args.text.is_file():
         parser.error(f"{args.text} is not a file")
     if not args.output.parent.is_dir():

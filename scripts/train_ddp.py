@@ -16,16 +16,18 @@ What it does, in the order this file does it:
   * parses and checks every flag before any process group exists (`--help` lists them);
   * joins the process group (NCCL on GPU, gloo on CPU) with each rank on its own device;
   * builds a small CNN on synthetic images (or an image folder), or a GPT-2 style Transformer on
-    synthetic tokens (or a uint16 token file), and spreads it over the ranks with DDP or FSDP2
+    synthetic tokens (or a uint16 token file), optionally starting from a Hugging Face GPT-2 folder
+    (--init-from, trainer/huggingface.py), and spreads it over the ranks with DDP or FSDP2
     (trainer/parallel.py holds every line where the two differ);
   * trains with a DistributedSampler, bf16/fp16/fp32, gradient accumulation, clipping and optional
     per-block torch.compile and activation checkpointing;
   * resumes from the newest readable checkpoint in --ckpt-dir at the exact batch it stopped at,
     so a restarted job repeats and skips nothing, at any world size for sharded checkpoints;
-  * writes checkpoints atomically (one file from rank 0 under DDP, one shard per rank under FSDP)
-    and keeps the newest --keep;
-  * on SIGTERM/SIGINT stops every rank at the same step, saves, and exits 0 well within the
-    30 s that docker stop, Slurm and torchrun allow.
+  * writes checkpoints atomically (one file from rank 0 under DDP, one shard per rank under FSDP,
+    written in the background while training goes on: trainer/background_save.py) and keeps the
+    newest --keep;
+  * on SIGTERM/SIGINT stops every rank at the same step, finishes a background save in flight, saves,
+    and exits 0 (docs/training.md says how long that takes against docker stop's grace period).
 The training state (model, optimizer, scaler, schedule, data position) is one object,
 trainer/state.py; helpers live in trainer/ beside this file, each doing one job.
 """
@@ -90,13 +92,13 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
     dataset, num_classes = build_dataset(args)
     torch.manual_seed(args.seed)  # identical initial weights on every rank and in every run
     model = build_model(args.model, num_classes=num_classes, vocab_size=args.vocab_size,
-                        padded_vocab_size=huggingface.padded(args.vocab_size) if args.init_from else None)
+                        padded_vocab_size=args.padded_vocab_size)
     if args.init_from:  # on the bare model, so DDP and FSDP at any world size start from the same full weights
         huggingface.load_pretrained(model, args.init_from)
     model = model.to(device)
     peak = peak_flops(device, args.peak_tflops)
-    reporter = MetricsReporter(args, placement=placement, device=device, peak=peak,  # counted before DDP wraps it
-                               flops_per_sample=training_flops_per_sample(model, dataset, args) if peak else None)
+    flops_per_sample = training_flops_per_sample(model, dataset, args) if peak else None  # before DDP wraps it
+    reporter = MetricsReporter(args, placement=placement, device=device, peak=peak, flops_per_sample=flops_per_sample)
     torch.manual_seed(args.seed + placement.rank)  # per-rank RNG streams, e.g. for dropout or augmentation
 
     # DDP or FSDP, activation checkpointing, per-block compile: trainer.parallel holds every difference.
@@ -114,7 +116,7 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
                         pin_memory=device.type == "cuda" if args.pin_memory is None else args.pin_memory,
                         persistent_workers=args.persistent_workers and args.num_workers > 0)
     state = TrainingState(model, optimizer=optimizer, scaler=scaler, scheduler=scheduler,
-                          stream=MicroBatchStream(loader, sampler, epoch=0, batches_done=0), args=args,
+                          stream=MicroBatchStream(loader, sampler=sampler, epoch=0, batches_done=0), args=args,
                           placement=placement, device=device, precision=precision, group=group)
     args.ckpt_dir.mkdir(parents=True, exist_ok=True)  # every rank at once: exist_ok makes that safe
     resume_from_newest_checkpoint(state)
@@ -127,33 +129,35 @@ def train(state: TrainingState, reporter: MetricsReporter, stop: StopSignal) -> 
     """Trains from STATE's step to --max-steps, or to a stop signal; saves on the way and at the end."""
     args = state.args
     # Sharded checkpoints are written in the background; the DDP file stays synchronous (docs/training.md).
-    saver = (BackgroundSaver(state.placement.is_main, state.group)
+    saver = (BackgroundSaver(state.placement.is_main, control_group=state.group, timeout_s=args.pg_timeout)
              if args.async_checkpoint and args.parallel == "fsdp" else None)
     prometheus.training_started(state.step)
     reporter.restart_clock(state.step)
     last_saved_step, loss_sum = state.step, torch.zeros((), device=state.device)
-    while state.step < args.max_steps:
-        if stop.agreed_by_any_rank(state.group):  # every rank sees the same answer at the same step
-            break
-        lr = state.scheduler.get_last_lr()[0]
-        loss_sum += train_one_step(state)
-        state.scheduler.step()
-        state.step += 1
-        prometheus.step_finished(state.step)
-        if state.step % args.log_every == 0 or state.step == args.max_steps:
-            totals = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))  # a collective
-            reporter.report(state, lr, totals)
-            loss_sum.zero_()
-        if saver and saver.done_everywhere():
+    try:
+        while state.step < args.max_steps:
+            if stop.agreed_by_any_rank(state.group):  # every rank sees the same answer at the same step
+                break
+            lr = state.scheduler.get_last_lr()[0]
+            loss_sum += train_one_step(state)
+            state.scheduler.step()
+            state.step += 1
+            prometheus.step_finished(state.step)
+            if state.step % args.log_every == 0 or state.step == args.max_steps:
+                totals = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))  # a collective
+                reporter.report(state, lr, totals)
+                loss_sum.zero_()
+            if saver and saver.done_everywhere():
+                finish_background_save(state, saver)
+            if args.save_every and state.step % args.save_every == 0:
+                save_training_state(state, saver)
+                last_saved_step = state.step
+        if saver:  # a stop signal too waits for the save in flight, then saves the last step synchronously
             finish_background_save(state, saver)
-        if args.save_every and state.step % args.save_every == 0:
-            save_training_state(state, saver)
-            last_saved_step = state.step
-
-    if saver:  # a stop signal too waits for the save in flight, then saves the last step synchronously
-        finish_background_save(state, saver)
-        saver.close()
-    if state.step > last_saved_step or args.max_steps == 0 == state.step:  # 0 steps: keep the start
+    finally:  # after a crash too: the write in flight ends before main destroys the process group
+        if saver:
+            saver.close()
+    if state.step > last_saved_step or (args.max_steps == 0 and state.step == 0):  # 0 steps: keep the start
         save_training_state(state, saver=None)
     dist.barrier(group=state.group)  # nobody leaves while rank 0 may still be writing
     reporter.close()
@@ -191,11 +195,14 @@ def build_dataset(args: argparse.Namespace) -> tuple[Dataset, int]:
     if is_language_model(args.model):
         if args.data_file is not None:
             return TokenFile(args.data_file, args.seq_len), 0
-        return SyntheticTokens(args.synthetic_samples, args.seq_len, args.vocab_size, args.seed), 0
+        return SyntheticTokens(args.synthetic_samples, seq_len=args.seq_len, vocab_size=args.vocab_size,
+                               seed=args.seed), 0
     if args.data_dir is not None:
         dataset = load_image_folder(str(args.data_dir), args.image_size)
         return dataset, len(dataset.classes)
-    return SyntheticImages(args.synthetic_samples, args.image_size, args.num_classes, args.seed), args.num_classes
+    images = SyntheticImages(args.synthetic_samples, image_size=args.image_size, num_classes=args.num_classes,
+                             seed=args.seed)
+    return images, args.num_classes
 
 
 def training_flops_per_sample(model: nn.Module, dataset: Dataset, args: argparse.Namespace) -> int:
@@ -276,7 +283,7 @@ def save_training_state(state: TrainingState, saver: BackgroundSaver | None) -> 
         if saver:
             saver.start(snapshot, path)
         elif sharded:
-            save_sharded_checkpoint(snapshot, path, placement.is_main, state.group)
+            save_sharded_checkpoint(snapshot, path=path, is_main=placement.is_main, group=state.group)
         elif placement.is_main:
             save_checkpoint_atomically(snapshot, path)
     except CheckpointWriteError as error:
@@ -333,7 +340,8 @@ def resume_from_newest_checkpoint(state: TrainingState) -> None:
 
     started = time.perf_counter()
     try:
-        loaded = load_newest_checkpoint(args.ckpt_dir, state.state_dict, check_config, placement.is_main)
+        loaded = load_newest_checkpoint(args.ckpt_dir, template=state.state_dict, check_config=check_config,
+                                        is_main=placement.is_main)
     except IncompatibleCheckpoint as error:  # same answer on every rank: they read the same config
         exit_with_error(str(error), placement, status=2)
     found_steps: list[Any] = [None] * placement.world_size

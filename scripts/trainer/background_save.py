@@ -14,9 +14,10 @@ The writing thread's collectives go over a gloo group of their own, never the on
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import pathlib
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 import torch
@@ -41,9 +42,11 @@ class PendingSave:
 class BackgroundSaver:
     """One rank's side of the sharded saves in flight (at most one); every rank makes one, in step."""
 
-    def __init__(self, is_main: bool, control_group: dist.ProcessGroup) -> None:
+    def __init__(self, is_main: bool, *, control_group: dist.ProcessGroup, timeout_s: float) -> None:
         self.is_main, self.control_group = is_main, control_group
-        self.write_group = dist.new_group(backend="gloo")  # collective: every rank creates it at the same point
+        # Collective: every rank creates it at the same point. TIMEOUT_S is the run's --pg-timeout, so a
+        # rank that died mid-write ends the others' wait as it ends the training group's.
+        self.write_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
         # One stager for the whole run: it keeps the CPU copy's buffers from one save to the next, so only
         # the first save allocates them (pinned on GPU machines, for fast device-to-host copies). Reusing
         # them is safe because a save is finished before the next one copies into them.
@@ -86,10 +89,19 @@ class BackgroundSaver:
         try:
             pending.upload.result()
         except CheckpointException as error:  # every rank gets the same one: DCP gathers all ranks' failures
-            discard_failed_write(error, pending.temporary, pending.path, self.is_main)
-        make_visible(pending.training_state, pending.temporary, pending.path, self.is_main, self.control_group)
+            discard_failed_write(error, temporary=pending.temporary, path=pending.path, is_main=self.is_main)
+        make_visible(pending.training_state, temporary=pending.temporary, path=pending.path, is_main=self.is_main,
+                     group=self.control_group)
         return pending
 
     def close(self) -> None:
-        """Frees the copy's buffers; call it after the last finish()."""
+        """Frees the copy's buffers; call it after the last finish(), and after a crash too (in a `finally`).
+
+        A write a crash left in flight is waited for, not finished: it stays a temporary folder, since no
+        step boundary agreed it was written everywhere. Waiting keeps the writing thread from running
+        into a destroyed process group; the write group's timeout bounds the wait.
+        """
+        if self.pending is not None:
+            wait([self.pending.upload])  # its outcome no longer matters, so it is not raised
+            self.pending = None
         self.stager.close()

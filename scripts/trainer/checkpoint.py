@@ -107,7 +107,7 @@ def fsync_directory(directory: pathlib.Path) -> None:
         os.close(descriptor)
 
 
-def save_sharded_checkpoint(state: dict[str, Any], path: pathlib.Path, is_main: bool,
+def save_sharded_checkpoint(state: dict[str, Any], *, path: pathlib.Path, is_main: bool,
                             group: dist.ProcessGroup) -> None:
     """Writes STATE as the folder PATH; every rank calls it and writes its own shards.
 
@@ -121,8 +121,8 @@ def save_sharded_checkpoint(state: dict[str, Any], path: pathlib.Path, is_main: 
     try:
         dcp.save({key: state[key] for key in SHARDED_KEYS}, storage_writer=ShardWriter(temporary))
     except CheckpointException as error:  # every rank gets the same one: DCP gathers all ranks' failures
-        discard_failed_write(error, temporary, path, is_main)
-    make_visible(state, temporary, path, is_main, group)
+        discard_failed_write(error, temporary=temporary, path=path, is_main=is_main)
+    make_visible(state, temporary=temporary, path=path, is_main=is_main, group=group)
 
 
 def announce_temporary_folder(path: pathlib.Path, is_main: bool, group: dist.ProcessGroup) -> pathlib.Path:
@@ -136,7 +136,8 @@ def announce_temporary_folder(path: pathlib.Path, is_main: bool, group: dist.Pro
     return announced[0]
 
 
-def discard_failed_write(error: BaseException, temporary: pathlib.Path, path: pathlib.Path, is_main: bool) -> NoReturn:
+def discard_failed_write(error: BaseException, *, temporary: pathlib.Path, path: pathlib.Path,
+                         is_main: bool) -> NoReturn:
     """Removes the temporary folder of a failed sharded write; raises CheckpointWriteError for a full disk."""
     if is_main:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -144,7 +145,7 @@ def discard_failed_write(error: BaseException, temporary: pathlib.Path, path: pa
     raise error
 
 
-def make_visible(state: dict[str, Any], temporary: pathlib.Path, path: pathlib.Path, is_main: bool,
+def make_visible(state: dict[str, Any], *, temporary: pathlib.Path, path: pathlib.Path, is_main: bool,
                  group: dist.ProcessGroup) -> None:
     """Once every rank's shards are in TEMPORARY: rank 0 adds STATE's training state and renames the
     folder to PATH. Collective; raises CheckpointWriteError on every rank when that write fails."""
@@ -200,7 +201,7 @@ class IncompatibleCheckpoint(Exception):
     """The newest checkpoint belongs to another model: resuming would fail or silently change the run."""
 
 
-def load_newest_checkpoint(ckpt_dir: pathlib.Path, template: Callable[[], dict[str, Any]],
+def load_newest_checkpoint(ckpt_dir: pathlib.Path, *, template: Callable[[], dict[str, Any]],
                            check_config: Callable[[dict[str, str]], str | None],
                            is_main: bool) -> dict[str, Any] | None:
     """The state of the newest checkpoint that reads back whole; unreadable ones are moved aside and skipped.
@@ -241,8 +242,21 @@ def read_checkpoint(path: pathlib.Path, template: Callable[[], dict[str, Any]],
     if problem:
         raise IncompatibleCheckpoint(problem)
     tensors = {key: value for key, value in template().items() if key in SHARDED_KEYS}
-    dcp.load(tensors, checkpoint_id=path)  # fills TENSORS in place, reading the parts this rank holds
+    try:
+        dcp.load(tensors, checkpoint_id=path)  # fills TENSORS in place, reading the parts this rank holds
+    except CheckpointException as error:  # every rank gets the same one: DCP gathers all ranks' failures
+        mismatch = size_mismatch(error)
+        if mismatch:  # a whole checkpoint of another model, not a corrupt one: leave it where it is
+            raise IncompatibleCheckpoint(f"{path} holds another model's tensors ({mismatch}): use the flags it "
+                                         f"was saved with to resume, or another --ckpt-dir to start afresh") from None
+        raise
     return {**state, **tensors}
+
+
+def size_mismatch(error: CheckpointException) -> str | None:
+    """DCP's "Size mismatch between saved ... and current ... for NAME" on any rank, or None."""
+    messages = (str(failure) for failure, _ in error.failures.values())
+    return next((message for message in messages if message.startswith("Size mismatch")), None)
 
 
 def missing_shard(path: pathlib.Path) -> str | None:

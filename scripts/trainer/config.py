@@ -258,10 +258,11 @@ def check_model_flags(args: argparse.Namespace, world_size: int) -> str | None:
         return None
     if importlib.util.find_spec("numpy") is None:
         return "--data-file needs numpy, which is not installed; pip install numpy or drop --data-file"
-    return check_token_file(args.data_file, args.seq_len, args.vocab_size, args.batch_size * world_size)
+    return check_token_file(args.data_file, seq_len=args.seq_len, vocab_size=args.vocab_size,
+                            samples_per_step=args.batch_size * world_size)
 
 
-def check_token_file(path: pathlib.Path, seq_len: int, vocab_size: int, samples_per_step: int) -> str | None:
+def check_token_file(path: pathlib.Path, *, seq_len: int, vocab_size: int, samples_per_step: int) -> str | None:
     """A problem with PATH as uint16 token data for windows of SEQ_LEN tokens, or None.
 
     It reads the whole file once (memory-mapped) for the largest token id, since a token outside the
@@ -296,25 +297,32 @@ def check_ckpt_dir(ckpt_dir: pathlib.Path) -> str | None:
     return None
 
 
-# Flags that decide the model's parameter shapes: a checkpoint made with other values cannot be resumed.
+# Settings that decide the model's parameter shapes: a checkpoint made with other values cannot be resumed.
+# padded_vocab_size is no flag: with_model_defaults derives it (--init-from pads the vocabulary).
 CNN_SHAPE_FLAGS = ("model", "num_classes", "data_dir")
-GPT_SHAPE_FLAGS = ("model", "vocab_size")
+GPT_SHAPE_FLAGS = ("model", "vocab_size", "padded_vocab_size")
 
 
 def describe_model_change(saved_config: dict[str, str], args: argparse.Namespace) -> str:
-    """The shape-deciding flags that differ between a checkpoint's config and ARGS, as flags to read; or ''."""
+    """The shape-deciding settings that differ between a checkpoint's config and ARGS, to read; or ''.
+
+    A setting an older checkpoint did not record is not compared (a changed embedding then shows as a
+    tensor size mismatch on loading, which is refused just the same)."""
     shape_flags = GPT_SHAPE_FLAGS if is_language_model(args.model) else CNN_SHAPE_FLAGS
-    changed = [name for name in shape_flags if saved_config.get(name) != str(getattr(args, name))]
+    changed = [name for name in shape_flags
+               if name in saved_config and saved_config[name] != str(getattr(args, name))]
     if not changed:
         return ""
-    flags = ["--" + name.replace("_", "-") for name in changed]
+    flags = ["embedding rows" if name == "padded_vocab_size" else "--" + name.replace("_", "-")
+             for name in changed]
     return (", ".join(f"{flag} {saved_config.get(name)}" for flag, name in zip(flags, changed)) + "; now "
             + ", ".join(f"{flag} {getattr(args, name)}" for flag, name in zip(flags, changed)))
 
 
 def with_model_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """A copy of ARGS with the model filled in (--init-from's, or the CNN), and a GPT's own --seq-len and
-    --vocab-size where they were not given. Raises PretrainedError when --init-from cannot say its model."""
+    """A copy of ARGS with the model filled in (--init-from's, or the CNN), --init-from made absolute, a
+    GPT's own --seq-len and --vocab-size where they were not given, and padded_vocab_size, the embedding's
+    rows (None for the CNN). Raises PretrainedError when --init-from cannot say its model."""
     if args.init_from is not None:
         if args.model is not None or args.vocab_size is not None:
             flag = "--model" if args.model is not None else "--vocab-size"
@@ -323,12 +331,16 @@ def with_model_defaults(args: argparse.Namespace) -> argparse.Namespace:
         if not args.init_from.is_dir():
             raise huggingface.PretrainedError(f"--init-from {args.init_from} is not a directory")
         shape, vocab_size = huggingface.read_shape(args.init_from)
-        args = argparse.Namespace(**{**vars(args), "model": huggingface.model_name(shape), "vocab_size": vocab_size})
+        # Absolute, as the checkpoint's config keeps it: export reads the tokenizer from there, from anywhere.
+        args = argparse.Namespace(**{**vars(args), "model": huggingface.model_name(shape), "vocab_size": vocab_size,
+                                     "init_from": args.init_from.resolve()})
     args = argparse.Namespace(**{**vars(args), "model": args.model or "small"})
     if not is_language_model(args.model):
-        return args
+        return argparse.Namespace(**{**vars(args), "padded_vocab_size": None})
+    vocab_size = args.vocab_size or DEFAULT_VOCAB_SIZE[args.model]
+    padded_vocab_size = huggingface.padded_vocab_size(vocab_size, pretrained=args.init_from is not None)
     return argparse.Namespace(**{**vars(args), "seq_len": args.seq_len or shape_of(args.model).max_seq_len,
-                                 "vocab_size": args.vocab_size or DEFAULT_VOCAB_SIZE[args.model]})
+                                 "vocab_size": vocab_size, "padded_vocab_size": padded_vocab_size})
 
 
 def parse_config(argv: Sequence[str] | None, world_size: int) -> argparse.Namespace:

@@ -21,7 +21,7 @@ NOISE_SCALE = 1.5  # large enough that the task takes some steps to learn, small
 class SyntheticImages(Dataset):
     """Images made of a per-class prototype plus Gaussian noise; labels are learnable from pixels."""
 
-    def __init__(self, num_samples: int, image_size: int, num_classes: int, seed: int) -> None:
+    def __init__(self, num_samples: int, *, image_size: int, num_classes: int, seed: int) -> None:
         self.num_samples = num_samples
         self.seed = seed
         prototypes_rng = torch.Generator().manual_seed(seed)
@@ -47,7 +47,7 @@ SYNTHETIC_BRANCHES = 4
 class SyntheticTokens(Dataset):
     """Windows of SEQ_LEN + 1 tokens from a deterministic random walk; input and next-token target."""
 
-    def __init__(self, num_samples: int, seq_len: int, vocab_size: int, seed: int) -> None:
+    def __init__(self, num_samples: int, *, seq_len: int, vocab_size: int, seed: int) -> None:
         self.num_samples, self.seq_len, self.vocab_size, self.seed = num_samples, seq_len, vocab_size, seed
 
     def __len__(self) -> int:
@@ -129,7 +129,7 @@ class MicroBatchStream:
     records; a new stream built from them continues with the very next batch.
     """
 
-    def __init__(self, loader: DataLoader, sampler: ResumableDistributedSampler, epoch: int,
+    def __init__(self, loader: DataLoader, *, sampler: ResumableDistributedSampler, epoch: int,
                  batches_done: int) -> None:
         self.loader, self.sampler = loader, sampler
         self.epoch, self.batches_done = epoch, batches_done

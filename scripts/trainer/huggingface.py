@@ -19,7 +19,7 @@ import shutil
 
 import torch
 
-from trainer.gpt import GPT_SIZES, GPTShape
+from trainer.gpt import GPT_SIZES, GPTShape, Transformer
 
 VOCAB_MULTIPLE = 64
 SAFETENSORS_FILE, PICKLE_FILE = "model.safetensors", "pytorch_model.bin"
@@ -27,7 +27,12 @@ SAFETENSORS_FILE, PICKLE_FILE = "model.safetensors", "pytorch_model.bin"
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
 # GPT-2 settings trainer/gpt.py has built in: a folder that changes any of them is another model.
 FIXED_SETTINGS = {"activation_function": ("gelu_new", "gelu_pytorch_tanh"), "layer_norm_epsilon": (1e-5,),
-                  "scale_attn_weights": (True,), "scale_attn_by_inverse_layer_idx": (False,), "n_inner": (None,)}
+                  "scale_attn_weights": (True,), "scale_attn_by_inverse_layer_idx": (False,), "n_inner": (None,),
+                  "tie_word_embeddings": (True,)}
+# Tensors a GPT-2 file may hold beyond hf_names: the tied output layer (wte itself, checked) and older
+# transformers' causal-mask buffers, which trainer/gpt.py's SDPA has no use for.
+TIED_HEAD = "lm_head.weight"
+MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 CUSTOM_NAME = re.compile(r"^gpt2-(\d+)l-(\d+)h-(\d+)w-(\d+)p$")  # a pretrained shape that is none of GPT_SIZES
 
 
@@ -72,8 +77,10 @@ def shape_of(name: str) -> GPTShape | None:
     return GPTShape(layers=layers, heads=heads, width=width, max_seq_len=positions)
 
 
-def padded(vocab_size: int) -> int:
-    return math.ceil(vocab_size / VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+def padded_vocab_size(vocab_size: int, *, pretrained: bool) -> int:
+    """The token embedding's rows: a pretrained vocabulary padded to a multiple of VOCAB_MULTIPLE, or a
+    vocabulary chosen with --vocab-size as it is. Part of the model's shape, so checkpoints record it."""
+    return math.ceil(vocab_size / VOCAB_MULTIPLE) * VOCAB_MULTIPLE if pretrained else vocab_size
 
 
 def hf_names(layers: int) -> dict[str, str]:
@@ -95,8 +102,6 @@ def is_conv1d_weight(hf_name: str) -> bool:
 
 def hf_shapes(shape: GPTShape, vocab_size: int) -> dict[str, tuple[int, ...]]:
     """GPT-2's name -> the shape its tensor must have for SHAPE and VOCAB_SIZE (before padding)."""
-    from trainer.gpt import Transformer
-
     with torch.device("meta"):  # shapes only: no memory, no initialisation
         model = Transformer(shape, vocab_size)
     ours = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
@@ -112,7 +117,8 @@ def weights_file(folder: pathlib.Path) -> pathlib.Path:
 
 
 def read_tensors(folder: pathlib.Path) -> dict[str, torch.Tensor]:
-    """FOLDER's tensors under GPT-2's bare names (a `transformer.` prefix removed), memory-mapped where it can."""
+    """FOLDER's tensors under GPT-2's bare names (a `transformer.` prefix removed), in CPU memory (a
+    pickle's are memory-mapped instead)."""
     path = weights_file(folder)
     if path.name == SAFETENSORS_FILE:
         from safetensors.torch import load_file  # checked up front by config.py
@@ -135,17 +141,39 @@ def read_shapes(folder: pathlib.Path) -> dict[str, tuple[int, ...]]:
 
 
 def check_weights(folder: pathlib.Path, shape: GPTShape, vocab_size: int) -> None:
-    """Raises PretrainedError naming the first tensor that is missing or has the wrong shape."""
+    """Raises PretrainedError naming the first tensor that is missing, has the wrong shape, or would be
+    dropped on loading (an untied lm_head among them)."""
+    file_name = weights_file(folder).name
     try:
         found = read_shapes(folder)
     except Exception as error:  # a truncated or foreign file: safetensors and torch.load raise their own kinds
-        raise PretrainedError(f"--init-from {folder}: cannot read {weights_file(folder).name} ({error})") from None
-    for name, expected in hf_shapes(shape, vocab_size).items():
+        raise PretrainedError(f"--init-from {folder}: cannot read {file_name} ({error})") from None
+    expected_shapes = hf_shapes(shape, vocab_size)
+    for name, expected in expected_shapes.items():
         if name not in found:
-            raise PretrainedError(f"--init-from {folder}: {weights_file(folder).name} has no tensor {name}")
+            raise PretrainedError(f"--init-from {folder}: {file_name} has no tensor {name}")
         if found[name] != expected:
             raise PretrainedError(f"--init-from {folder}: tensor {name} has shape {list(found[name])}, "
                                   f"but config.json describes {list(expected)}")
+    unexpected = sorted(name for name in found
+                        if name not in expected_shapes and name != TIED_HEAD and not MASK_BUFFER.match(name))
+    if unexpected:
+        raise PretrainedError(f"--init-from {folder}: {file_name} has tensor {unexpected[0]}, which this trainer's "
+                              f"GPT-2 does not have")
+    if TIED_HEAD in found and not torch.equal(read_tensor(folder, TIED_HEAD), read_tensor(folder, "wte.weight")):
+        raise PretrainedError(f"--init-from {folder}: {TIED_HEAD} is not wte.weight; this trainer's GPT-2 ties "
+                              f"its output layer to the token embedding, so it would lose the folder's")
+
+
+def read_tensor(folder: pathlib.Path, name: str) -> torch.Tensor:
+    """One of FOLDER's tensors, by its bare GPT-2 name; only that one is read from a safetensors file."""
+    path = weights_file(folder)
+    if path.name == PICKLE_FILE:
+        return read_tensors(folder)[name]
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as file:
+        return file.get_tensor(next(key for key in file.keys() if key.removeprefix("transformer.") == name))
 
 
 def load_pretrained(model: torch.nn.Module, folder: pathlib.Path) -> None:
@@ -183,7 +211,7 @@ def config_for(shape: GPTShape, vocab_size: int) -> dict[str, object]:
             "tie_word_embeddings": True}
 
 
-def write_folder(output: pathlib.Path, tensors: dict[str, torch.Tensor], config: dict[str, object],
+def write_folder(output: pathlib.Path, *, tensors: dict[str, torch.Tensor], config: dict[str, object],
                  tokenizer_from: pathlib.Path | None) -> list[str]:
     """Writes a from_pretrained folder at OUTPUT; returns the tokenizer files copied from TOKENIZER_FROM."""
     from safetensors.torch import save_file

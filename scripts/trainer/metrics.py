@@ -94,7 +94,8 @@ class MetricsReporter:
     def report(self, state: Any, lr: float, totals: RankTotals) -> None:
         """Reports the window ending at STATE's step (a TrainingState: its step and epoch), whose loss and
         memory the ranks gathered into TOTALS; LR is the learning rate its last step used."""
-        record = self.compute_record(state.step, state.stream.epoch, totals.loss_sum, lr, totals.memory_per_rank)
+        record = self.compute_record(state.step, epoch=state.stream.epoch, loss_sum=totals.loss_sum, lr=lr,
+                                     memory_per_rank=totals.memory_per_rank)
         prometheus.record_reported(record)
         if self.is_main:
             print(self.progress_line(record), flush=True)
@@ -106,7 +107,7 @@ class MetricsReporter:
                     self.tensorboard.add_scalar(f"train/{name}", value, state.step)
         self.restart_clock(state.step)
 
-    def compute_record(self, step: int, epoch: int, loss_sum: float, lr: float,
+    def compute_record(self, step: int, *, epoch: int, loss_sum: float, lr: float,
                        memory_per_rank: list[int]) -> dict[str, Any]:
         """The one record of a report, which every sink shows as it is."""
         elapsed = time.perf_counter() - self.window_start_time

@@ -19,8 +19,8 @@ is a no-op in processes that serve nothing. The cost per step is one histogram o
 update, a few microseconds (BENCHMARKS.md, "Prometheus metrics").
 
 /metrics has no authentication and listens on --prometheus-address (every interface by default). Each
-connection gets a thread, so a client that sends nothing is dropped after READ_TIMEOUT_S, and a burst
-of connections waits in a listen queue of LISTEN_BACKLOG instead of being refused.
+connection gets a thread, so a client that sends nothing is dropped after READ_TIMEOUT_S, silently, and a
+burst of connections waits in a listen queue of LISTEN_BACKLOG instead of being refused.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import math
 import os
 import socket
 import socketserver
+import sys
 import threading
 import time
 from typing import Any
@@ -58,6 +59,11 @@ class MetricsServer(socketserver.ThreadingMixIn, WSGIServer):
 
     daemon_threads = True
     request_queue_size = LISTEN_BACKLOG
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that timed out or hung up is no fault of the trainer's: no traceback in its output."""
+        if not isinstance(sys.exc_info()[1], OSError):  # socket timeouts are OSErrors too
+            super().handle_error(request, client_address)
 
 
 def start_metrics_server(registry: Any, address: str, port: int) -> MetricsServer:
@@ -98,7 +104,7 @@ class TrainingExporter:
         self.mfu = gauge("trainer_mfu_ratio", "Model FLOPs utilization, 0 to 1, where the GPU's peak is known")
         self.step_seconds = Histogram("trainer_step_duration_seconds", "Wall time of one optimizer step",
                                       LABELS, buckets=STEP_SECONDS_BUCKETS, registry=self.registry).labels(**labels)
-        # Only the rank that writes checkpoints (global rank 0) has these two.
+        # Every node's exporter has these two: all ranks take part in a save and see it end.
         self.checkpoint_time = gauge("trainer_last_checkpoint_timestamp_seconds",
                                      "Unix time the last checkpoint was written")
         self.checkpoint_seconds = gauge("trainer_last_checkpoint_duration_seconds",

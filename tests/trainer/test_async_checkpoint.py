@@ -15,7 +15,7 @@ import re
 import pytest
 
 from tests.support.training import (SIGTERM_TO_THE_WORKERS, interrupt_when_step_logged, make_workdir, python_json,
-                                    torchrun)
+                                    trainer_command)
 
 STEPS = 12
 GRACE_PERIOD_S = 30
@@ -24,8 +24,8 @@ GPT = ("--model gpt-tiny --seq-len 32 --synthetic-samples 256 --num-workers 0 --
 
 
 def run(workdir: str, scripts_dir: str, name: str, flags: str) -> str:
-    return (f"{torchrun(f'{scripts_dir}/train_ddp.py')} {GPT} {flags} --ckpt-dir {workdir}/{name} "
-            f"--metrics-file {workdir}/{name}.jsonl")
+    return trainer_command(f"{GPT} {flags} --ckpt-dir {workdir}/{name} --metrics-file {workdir}/{name}.jsonl",
+                           scripts_dir=scripts_dir)
 
 
 @pytest.fixture(scope="module")

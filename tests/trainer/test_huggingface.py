@@ -22,7 +22,7 @@ import torch
 
 from tests.conftest import torch_tests_run_on_host
 from tests.support.containers import docker
-from tests.support.training import ENV, RUN_TIMEOUT_S, make_workdir, read_metrics, torchrun
+from tests.support.training import ENV, RUN_TIMEOUT_S, make_workdir, read_metrics, trainer_command
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -123,9 +123,10 @@ def test_fsdp_fine_tunes_from_the_folder_on_text_its_tokenizer_made(torch_host, 
     tokenizer = tokenizers.Tokenizer.from_file(str(shared["local"] / "pretrained" / "tokenizer.json"))
     expected = tokenizer.encode((shared["local"] / "text.txt").read_text(), add_special_tokens=False).ids
     assert numpy.fromfile(shared["fetch"](f"{remote}/text.bin"), dtype="<u2").tolist() == expected, prepared
-    command = (f"{torchrun(f'{scripts_dir}/train_ddp.py')} --parallel fsdp --init-from {remote}/pretrained "
-               f"--data-file {remote}/text.bin --seq-len {SEQ_LEN} --batch-size 2 --num-workers 0 --lr 1e-3 "
-               f"--warmup-steps 2 --log-every 1 --ckpt-dir {remote}/fsdp --metrics-file {remote}/fsdp.jsonl")
+    command = trainer_command(f"--parallel fsdp --init-from {remote}/pretrained --data-file {remote}/text.bin "
+                              f"--seq-len {SEQ_LEN} --batch-size 2 --num-workers 0 --lr 1e-3 --warmup-steps 2 "
+                              f"--log-every 1 --ckpt-dir {remote}/fsdp --metrics-file {remote}/fsdp.jsonl",
+                              scripts_dir=scripts_dir)
     output = torch_host.check_output(f"{command} --max-steps 20 2>&1")
     assert f"starting from the pretrained weights of {remote}/pretrained" in output
     losses = [record["loss"] for record in read_metrics(torch_host, f"{remote}/fsdp.jsonl")]

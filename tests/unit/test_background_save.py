@@ -9,6 +9,7 @@ tests/trainer/test_async_checkpoint.py checks the same with 2 ranks under torchr
 """
 from __future__ import annotations
 
+import datetime
 import errno
 import threading
 import time
@@ -55,7 +56,7 @@ def saver(monkeypatch) -> Iterator[BackgroundSaver]:
     monkeypatch.setattr(background_save, "ShardWriter", GatedWriter)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # DCP's notes about a one-rank group
-        yield BackgroundSaver(is_main=True, control_group=dist.group.WORLD)
+        yield BackgroundSaver(is_main=True, control_group=dist.group.WORLD, timeout_s=60)
     GatedWriter.gate.set()
     dist.destroy_process_group()
 
@@ -112,3 +113,18 @@ def test_a_full_disk_during_the_background_write_is_one_error_and_leaves_nothing
     assert str(failure.value) == (f"no space left writing {path} (No space left on device); free some space or "
                                   "point --ckpt-dir at a larger disk")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_closing_after_a_crash_waits_for_the_write_in_flight(saver, tmp_path):
+    saver.start(training_state(2), checkpoint_path(tmp_path, 2, sharded=True))
+    threading.Timer(0.5, GatedWriter.gate.set).start()
+    saver.close()  # what train's `finally` does, before the process group is destroyed
+    assert GatedWriter.log == ["begin step_000002", "end step_000002"]  # the writing thread is done
+    assert list_checkpoints_newest_first(tmp_path) == []  # and never made visible: no rank agreed
+
+
+def test_the_writing_group_times_out_as_the_run_does(monkeypatch):
+    made: list[dict] = []
+    monkeypatch.setattr(dist, "new_group", lambda **options: made.append(options))
+    BackgroundSaver(is_main=True, control_group=None, timeout_s=42)
+    assert made == [{"backend": "gloo", "timeout": datetime.timedelta(seconds=42)}]

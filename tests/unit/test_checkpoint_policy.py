@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from trainer.checkpoint import (TRAINING_STATE_FILE, checkpoint_path, list_checkpoints_newest_first, missing_shard,
+from trainer.checkpoint import (TRAINING_STATE_FILE, IncompatibleCheckpoint, checkpoint_path,
+                                list_checkpoints_newest_first, load_newest_checkpoint, missing_shard,
                                 remove_old_checkpoints)
 from trainer.config import describe_model_change
 from trainer.data import ResumableDistributedSampler
@@ -120,6 +121,19 @@ def gpt_args(**changes: object) -> argparse.Namespace:
 def test_only_flags_that_change_parameter_shapes_block_a_resume(now, change):
     saved = {name: str(value) for name, value in vars(gpt_args()).items()}
     assert describe_model_change(saved, now) == change
+
+
+def test_a_checkpoint_of_other_tensor_shapes_is_refused_not_moved_aside(tmp_path):
+    path = tmp_path / "step_000010"
+    with warnings.catch_warnings():  # one process, no group: the point
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save({"model": {"token_embedding.weight": torch.zeros(50304, 4)}}, checkpoint_id=path)
+        torch.save({"config": {}}, path / TRAINING_STATE_FILE)
+        unpadded = {"model": {"token_embedding.weight": torch.zeros(50257, 4)}}
+        with pytest.raises(IncompatibleCheckpoint, match="token_embedding.weight"):
+            load_newest_checkpoint(tmp_path, template=lambda: unpadded, check_config=lambda config: None,
+                                   is_main=True)
+    assert names(tmp_path) == ["step_000010"]  # a checkpoint of another shape is no corrupt one
 
 
 @pytest.fixture

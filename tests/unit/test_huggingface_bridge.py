@@ -8,6 +8,7 @@ The folders are made here with transformers (a test-only dependency); nothing to
 """
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 
@@ -16,8 +17,10 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from trainer import huggingface  # noqa: E402 (after the skip: the bridge itself needs no transformers)
-from trainer.config import parse_config  # noqa: E402
+import export_weights  # noqa: E402 (after the skip: the bridge itself needs no transformers)
+import prepare_text  # noqa: E402
+from trainer import huggingface  # noqa: E402
+from trainer.config import describe_model_change, parse_config, with_model_defaults  # noqa: E402
 from trainer.model import build_model  # noqa: E402
 
 # fp32 on both sides; the two attentions add up in another order (SDPA against an explicit softmax),
@@ -39,7 +42,7 @@ def gpt2_folder(tmp_path_factory) -> pathlib.Path:
 def test_the_trainers_model_gives_hugging_faces_logits_on_the_same_weights(gpt2_folder):
     shape, vocab_size = huggingface.read_shape(gpt2_folder)
     ours = build_model(huggingface.model_name(shape), num_classes=0, vocab_size=vocab_size,
-                       padded_vocab_size=huggingface.padded(vocab_size))
+                       padded_vocab_size=huggingface.padded_vocab_size(vocab_size, pretrained=True))
     huggingface.load_pretrained(ours, gpt2_folder)
     theirs = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder).eval()
     tokens = torch.randint(vocab_size, (2, 128), generator=torch.Generator().manual_seed(1))
@@ -53,7 +56,7 @@ def test_the_trainers_model_gives_hugging_faces_logits_on_the_same_weights(gpt2_
 def test_export_gives_back_exactly_the_tensors_it_read(gpt2_folder):
     shape, vocab_size = huggingface.read_shape(gpt2_folder)
     model = build_model(huggingface.model_name(shape), num_classes=0, vocab_size=vocab_size,
-                        padded_vocab_size=huggingface.padded(vocab_size))
+                        padded_vocab_size=huggingface.padded_vocab_size(vocab_size, pretrained=True))
     huggingface.load_pretrained(model, gpt2_folder)
     exported = huggingface.to_huggingface(model.state_dict(), shape, vocab_size)
     original = transformers.GPT2LMHeadModel.from_pretrained(gpt2_folder).state_dict()
@@ -74,6 +77,7 @@ def copy_with_config(folder: pathlib.Path, destination: pathlib.Path, **changes:
     ({"n_embd": 32, "n_head": 4}, "tensor wte.weight has shape [50257, 64], but config.json describes [50257, 32]"),
     ({"model_type": "llama"}, "has model_type 'llama'; only GPT-2"),
     ({"activation_function": "relu"}, "sets activation_function to 'relu'"),
+    ({"tie_word_embeddings": False}, "sets tie_word_embeddings to False"),
 ])
 def test_a_folder_that_does_not_fit_is_one_line_naming_the_tensor_or_setting(gpt2_folder, tmp_path, capsys,
                                                                             changes, message):
@@ -90,3 +94,66 @@ def test_the_folder_decides_the_model_so_model_and_vocab_size_are_refused(gpt2_f
     with pytest.raises(SystemExit):
         parse_config(["--init-from", str(gpt2_folder), "--model", "gpt2-small"], world_size=1)
     assert "--model with --init-from" in capsys.readouterr().err
+
+
+def copy_with_tensors(folder: pathlib.Path, destination: pathlib.Path, **changes: torch.Tensor) -> pathlib.Path:
+    from safetensors.torch import load_file, save_file
+
+    destination.mkdir()
+    (destination / "config.json").symlink_to(folder / "config.json")
+    save_file({**load_file(folder / "model.safetensors"), **changes}, destination / "model.safetensors")
+    return destination
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"h.0.attn.rotary.weight": torch.zeros(4)}, "has tensor h.0.attn.rotary.weight, which"),
+    ({"lm_head.weight": torch.zeros(50257, 64)}, "lm_head.weight is not wte.weight"),
+])
+def test_a_tensor_the_model_would_drop_is_one_line(gpt2_folder, tmp_path, capsys, extra, message):
+    folder = copy_with_tensors(gpt2_folder, tmp_path / "extra", **extra)
+    with pytest.raises(SystemExit):
+        parse_config(["--init-from", str(folder), "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and message in errors[0], errors
+
+
+def test_a_tied_lm_head_and_the_attention_buffers_are_accepted(gpt2_folder, tmp_path):
+    from safetensors.torch import load_file
+
+    wte = load_file(gpt2_folder / "model.safetensors")["transformer.wte.weight"]
+    folder = copy_with_tensors(gpt2_folder, tmp_path / "tied", **{"lm_head.weight": wte.clone(),
+                                                                  "transformer.h.0.attn.bias": torch.ones(1),
+                                                                  "transformer.h.1.attn.masked_bias": torch.ones(1)})
+    parse_config(["--init-from", str(folder), "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+
+
+def test_a_relative_init_from_is_stored_absolute(gpt2_folder, tmp_path, monkeypatch):
+    monkeypatch.chdir(gpt2_folder.parent)
+    args = parse_config(["--init-from", gpt2_folder.name, "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    assert args.init_from == gpt2_folder.resolve()  # export reads it from another working directory
+
+
+def test_a_fine_tuned_checkpoint_is_not_resumed_without_its_padded_vocabulary(gpt2_folder, tmp_path):
+    fine_tuned = parse_config(["--init-from", str(gpt2_folder), "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    saved = {name: str(value) for name, value in vars(fine_tuned).items()}
+    # The same model and vocabulary named by flags, without --init-from: the embedding would be unpadded.
+    by_flags = with_model_defaults(argparse.Namespace(**{**vars(fine_tuned), "init_from": None}))
+    assert (by_flags.model, by_flags.vocab_size) == (fine_tuned.model, fine_tuned.vocab_size)
+    assert "50304; now" in describe_model_change(saved, by_flags)
+
+
+def test_exporting_the_cnn_as_hugging_face_is_one_line(tmp_path):
+    config = {"model": "small", "num_classes": "10", "vocab_size": "None", "init_from": "None"}
+    with pytest.raises(SystemExit, match="--format hf is for the GPT models"):
+        export_weights.write_huggingface_folder({}, config, tmp_path / "out")
+
+
+def test_a_tokenizer_folder_needs_merges_txt_beside_vocab_json(tmp_path, capsys):
+    (tmp_path / "text.txt").write_text("hello")
+    (tmp_path / "tokenizer").mkdir()
+    (tmp_path / "tokenizer" / "vocab.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        prepare_text.parse_args([str(tmp_path / "text.txt"), str(tmp_path / "out.bin"),
+                                 "--tokenizer", str(tmp_path / "tokenizer")])
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and "merges.txt" in errors[0], errors

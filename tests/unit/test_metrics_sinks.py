@@ -69,12 +69,13 @@ def test_the_json_line_and_the_exposition_show_the_same_report(exporter, tmp_pat
     assert exposed["trainer_mfu_ratio"] == record["mfu"] == pytest.approx(record["samples_per_sec"] * 1e9 / 2e12)
 
 
-def test_a_client_that_sends_nothing_is_dropped_after_the_read_timeout(exporter):
+def test_a_client_that_sends_nothing_is_dropped_after_the_read_timeout(exporter, capfd):
     with socket.create_connection(exporter.server.server_address[:2], timeout=10) as silent:
         started = time.monotonic()
         assert silent.recv(1024) == b""  # the server closed it
         assert time.monotonic() - started < 5
     assert "trainer_world_size" in scrape(exporter)  # and it still serves
+    assert capfd.readouterr().err == ""  # no traceback of the timeout in the trainer's output
 
 
 def test_it_listens_on_the_address_it_is_given(exporter):
