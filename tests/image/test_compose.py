@@ -38,8 +38,8 @@ def test_the_cpu_override_drops_the_gpu_reservation_and_the_unlimited_memlock():
 def test_the_service_bounds_its_processes_on_either_host():
     # A fork bomb fills the container's PID table, not the host's; tests/image/test_stop_at_scale.py
     # shows that the stop path still saves the work then.
-    for files in (["-f", "compose.yaml"], CPU_FILES):
-        assert compose_config(*files)["services"]["dev"]["pids_limit"] == 32768
+    for files in (["compose.yaml"], CPU_FILES):
+        assert compose_config(files)["services"]["dev"]["pids_limit"] == 32768
 
 
 def test_env_example_gives_compose_no_comment_as_a_value():
