@@ -56,12 +56,35 @@ print(f"rank {dist.get_rank()} restarted and joined", flush=True)
 dist.destroy_process_group()
 '''
 
+# An FSDP2 model, sharded and stepped as the trainer does, then dropped: is it freed by reference
+# counting alone, or only by the garbage collector? (gc is off, so only an explicit collection runs.)
+FSDP_MODEL_DROPPED = '''
+import gc, weakref
+import torch, torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+gc.disable()
+dist.init_process_group("gloo")
+def sharded_stepped_model():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    model(torch.ones(2, 8)).sum().backward()
+    return weakref.ref(model)
+model = sharded_stepped_model()
+print(f"alive after its last reference: {model() is not None}", flush=True)
+gc.collect()
+print(f"alive after gc.collect: {model() is not None}", flush=True)
+dist.destroy_process_group()
+'''
+
 
 @pytest.fixture(scope="module")
 def scripts(torch_host: testinfra.host.Host) -> str:
     folder = torch_host.check_output("mktemp -d")
     for name, text in [("worker.py", WORKER_THAT_EXITS_0_ON_SIGTERM), ("rendezvous_node.py", RENDEZVOUS_NODE),
-                       ("rank_that_dies_once.py", RANK_THAT_DIES_ONCE)]:
+                       ("rank_that_dies_once.py", RANK_THAT_DIES_ONCE), ("fsdp_model_dropped.py", FSDP_MODEL_DROPPED)]:
         torch_host.check_output(f"cat > {folder}/{name} <<'PY'\n{text}\nPY")
     return folder
 
@@ -107,3 +130,16 @@ def test_restarted_workers_still_fail_with_the_rendezvous_store_shared(torch_hos
     pytest.fail(f"6 restarts in a row succeeded with torchrun's store shared (exit statuses {attempts}): "
                 "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 may no longer be needed; run this test a few times, then the "
                 f"workaround can go ({REGISTER}, 'restarted workers and the shared store')")
+
+
+def test_a_dropped_fsdp_model_still_waits_for_the_garbage_collector(torch_host, scripts):
+    """The behaviour behind the SIGABRT at teardown is deterministic even where the crash is not: FSDP2's
+    modules outlive their last reference until gc runs, so without finish_process_group's collection they
+    can still exist when the process group is destroyed."""
+    command = trainer_command(nproc=1, script=f"{scripts}/fsdp_model_dropped.py", timeout_s=ATTEMPT_TIMEOUT_S)
+    output = torch_host.run(f"{command} 2>&1").stdout
+    assert "alive after gc.collect: False" in output, f"the collection no longer frees the model:\n{output}"
+    assert "alive after its last reference: True" in output, (
+        "FSDP2's modules are now freed by reference counting alone: finish_process_group's gc.collect() may go; "
+        f"run the FSDP tests a few times without it first ({REGISTER}, \"FSDP's reference cycles outlive the process "
+        f"group\")\n{output}")
