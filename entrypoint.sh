@@ -32,6 +32,10 @@ if [[ $CONTAINER_MODE == command ]]; then ENABLE_SSH=0 ENABLE_JUPYTER=0; fi
 # The in-container GPU exporter (docs/monitoring.md) runs beside the services or beside a command: a
 # Slurm or Kubernetes job that runs torchrun as its command is where it is needed most.
 ENABLE_GPU_EXPORTER=$(read_switch ENABLE_GPU_EXPORTER 0)
+# Whether tini, our parent, is PID 1: else the container shares the host's PID namespace (Apptainer
+# without --pid, docker run --pid=host), and the stop path (stop.sh) signals only our descendants.
+# shellcheck disable=SC2034  # read by stop.sh
+if ((PPID == 1)); then OWN_PID_NAMESPACE=1; else OWN_PID_NAMESPACE=0; fi
 # shellcheck disable=SC2034  # set by set_up_container_user, read by the later steps
 CONTAINER_UID="" CONTAINER_GID=""
 AS_USER=()   # the prefix that runs a command as the container user (set_up_container_user sets it)

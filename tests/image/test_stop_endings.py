@@ -1,11 +1,13 @@
 """Every way a run ends keeps its checkpoint: a torchrun job as the container's command (Kubernetes,
-Slurm), a trainer piped to `tee` in tmux, and JupyterLab shut down under a trainer in tmux.
+Slurm), a trainer piped to `tee` in tmux, JupyterLab shut down under a trainer in tmux, and a stop in the
+host's PID namespace (Apptainer's default), which must leave the host's processes alone.
 
     make test-image PYTEST_ARGS=tests/image/test_stop_endings.py
 """
 from __future__ import annotations
 
 import shlex
+import subprocess
 
 import requests
 
@@ -72,3 +74,21 @@ def test_jupyterlab_shut_down_under_a_trainer_in_tmux_stops_the_container_in_ord
     assert "a service exited on its own" in logs and "your processes have exited" in logs, logs[-3000:]
     # Not 0: the restart policy (restart: unless-stopped) brings the container back.
     assert container.state()["ExitCode"] != 0
+
+
+def test_docker_stop_in_the_hosts_pid_namespace_signals_nothing_outside_the_container(containers):
+    """Apptainer shares the host's PID namespace by default (so does `docker run --pid=host`): /proc then
+    shows the host's processes, and the stop must signal only the container's own."""
+    outside = subprocess.Popen(["sleep", "600"], start_new_session=True)  # the host's, as a user's would be
+    try:
+        # Work that ends with 0 on SIGTERM, as a trainer that saved does.
+        work = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(600)"
+        container = containers(command=["python3", "-c", work], options=["--pid=host"])
+        container.wait_until_started()
+        docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+        logs = container.logs()
+        assert outside.poll() is None, f"the host's sleep got a signal ({outside.returncode}): {logs[-3000:]}"
+        assert container.state()["ExitCode"] == 0 and "stopped cleanly" in logs, logs[-3000:]
+    finally:
+        outside.kill()
+        outside.wait(timeout=30)

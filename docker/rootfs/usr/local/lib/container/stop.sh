@@ -25,6 +25,8 @@
 #        (its Stopping paragraph) says what to do there.)
 #   2. Wait for all of that work to exit, for at most STOP_TIMEOUT seconds (25: inside compose's 30 s).
 #   3. SIGTERM to everything left, services included.
+# Without a PID namespace of its own (Apptainer's default, `docker run --pid=host`) every step looks only
+# at the entrypoint's descendants: the host's other processes are never signalled.
 #
 # Thousands of processes (DataLoader workers, shells, tmux panes) and a full PID table (a fork bomb
 # within pids_limit) must not delay step 1: the whole stop path runs on bash builtins alone and forks
@@ -102,7 +104,32 @@ scan_processes() {
       WORK+=("$pid")
     fi
   done
+  # OWN_PID_NAMESPACE: entrypoint.sh's, 0 where /proc shows the host's processes.
+  ((OWN_PID_NAMESPACE)) || keep_descendants_only
 }
+
+# Without a PID namespace of its own the scan saw the host's processes, the user's other work among
+# them: LIVE and WORK keep only the entrypoint's descendants, found by walking PARENT up to $$.
+keep_descendants_only() {
+  local pid up steps kept_live=() kept_work=()
+  local -A INSIDE=()
+  for pid in "${LIVE[@]}"; do
+    up=${PARENT[$pid]} steps=0
+    # Each step up is one level of the tree; a loop in a stale scan cannot hold it forever.
+    while ((up > 1 && up != $$ && steps < 64)) && [[ -z ${INSIDE[$up]-} ]]; do
+      up=${PARENT[$up]:-0} steps=$((steps + 1))
+    done
+    if ((up == $$)) || [[ -n ${INSIDE[$up]-} ]]; then
+      INSIDE[$pid]=1
+      kept_live+=("$pid")
+    fi
+  done
+  for pid in "${WORK[@]}"; do
+    [[ -z ${INSIDE[$pid]-} ]] || kept_work+=("$pid")
+  done
+  LIVE=("${kept_live[@]}") WORK=("${kept_work[@]}")
+}
+
 
 # Sets COMMAND[PID] to its command line, words joined by spaces; false when it is gone.
 read_command() {
