@@ -21,7 +21,13 @@ readonly RUN_DIR=/run/container
 
 # Everything the steps share is declared here, and only here.
 JUPYTER_EXTRA_ARGS=()
-if [[ ${1-} == start-services ]]; then JUPYTER_EXTRA_ARGS=("${@:2}"); set --; fi
+# A hub that names its own command (DockerSpawner's cmd, z2jh's default) starts jupyterhub-singleuser
+# with its arguments: that is the services with the hub's arguments, as `start-services ARGS` is.
+if [[ ${1-} == start-services ]] ||
+   [[ -n ${JUPYTERHUB_API_TOKEN:-} && ${1-} == @(jupyterhub-singleuser|*/jupyterhub-singleuser) ]]; then
+  JUPYTER_EXTRA_ARGS=("${@:2}")
+  set --
+fi
 if (($#)); then CONTAINER_MODE="command"; else CONTAINER_MODE="services"; fi
 # A JupyterHub spawner hands its container an API token: the hub then authenticates, and SSH, which
 # the hub knows nothing of, stays off unless asked for.

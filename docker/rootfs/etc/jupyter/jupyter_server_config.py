@@ -10,7 +10,12 @@ import os
 
 c = get_config()  # noqa: F821 (injected by Jupyter's config loader)
 
-auth = os.environ.get("JUPYTER_AUTH", "token")
+# A hub's API token means a hub spawned us, whoever chose the command (DockerSpawner's cmd runs
+# jupyterhub-singleuser itself).
+if os.environ.get("JUPYTERHUB_API_TOKEN"):
+    auth = "hub"
+else:
+    auth = os.environ.get("JUPYTER_AUTH", "token")
 if auth != "hub":  # under a hub, JUPYTERHUB_SERVICE_URL and JUPYTERHUB_SERVICE_PREFIX set these
     c.ServerApp.ip = "0.0.0.0"
     c.ServerApp.port = int(os.environ["JUPYTER_CONTAINER_PORT"])  # set in the Dockerfile

@@ -37,8 +37,10 @@ readonly DEFAULT_STOP_TIMEOUT_S=25
 # Process names (the comm field of /proc/PID/stat) that hold sessions open; they are stopped last, in
 # step 3. A notebook kernel is one too (a python process running ipykernel), found by its command line.
 # A lookup table, not a regular expression: bash compiles a regex at every match, 5,000 times a scan.
+# The Jupyter servers' names are cut to 15 bytes: jupyterhub-singleuser is "jupyterhub-sing".
 declare -rA SESSION_HOLDERS=([tini]=1 [sshd]=1 [bash]=1 [sh]=1 [dash]=1 [zsh]=1 [fish]=1 ["tmux: server"]=1
-  ["tmux: client"]=1 [screen]=1 [SCREEN]=1 [jupyter-lab]=1 [setpriv]=1 [sleep]=1)
+  ["tmux: client"]=1 [screen]=1 [SCREEN]=1 [jupyter-lab]=1 [jupyterhub-sing]=1 [jupyter-server]=1
+  [jupyter-noteboo]=1 [setpriv]=1 [sleep]=1)
 readonly KERNEL_COMMAND='ipykernel_launcher|-m ipykernel'
 readonly TORCHRUN_COMMAND='(/torchrun|torch\.distributed\.run|torch/distributed/run\.py) '
 # Only processes with these names can be a kernel or torchrun's agent (torch names it pt_elastic), so
