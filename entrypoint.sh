@@ -42,6 +42,9 @@ ENABLE_GPU_EXPORTER=$(read_switch ENABLE_GPU_EXPORTER 0)
 # without --pid, docker run --pid=host), and the stop path (stop.sh) signals only our descendants.
 # shellcheck disable=SC2034  # read by stop.sh
 if ((PPID == 1)); then OWN_PID_NAMESPACE=1; else OWN_PID_NAMESPACE=0; fi
+# Set by prepare_jupyter_auth only once it checked JUPYTER_AUTH=platform, never taken from outside:
+# jupyter_server_config.py runs tokenless only with it (a command's `jupyter lab` gets no such checks).
+unset JUPYTER_PLATFORM_AUTH_CHECKED
 # shellcheck disable=SC2034  # set by set_up_container_user, read by the later steps
 CONTAINER_UID="" CONTAINER_GID=""
 AS_USER=()   # the prefix that runs a command as the container user (set_up_container_user sets it)
