@@ -146,6 +146,9 @@ wait_for_services() {
   log_warn "a service exited on its own (status $status): stopping your work, then the other services," \
            "so the restart policy can act"
   stop_user_work_then_services
+  # A hub's server that ends with 0 was shut down on purpose (File > Shut Down, the hub's idle culler):
+  # the hub counts the container's exit, and 0 is the truth. Elsewhere the restart policy needs non-zero.
+  if ((status == 0 && SPAWNED_BY_JUPYTERHUB)); then exit 0; fi
   exit "$((status == 0 ? 1 : status))"
 }
 

@@ -1,5 +1,6 @@
 """A hub that names its own command (DockerSpawner's `cmd=["jupyterhub-singleuser"]`, z2jh's default)
-gets the same server as one that keeps the image's CMD: JupyterHub's authentication and the hub's base URL. The hub's environment is enough
+gets the same server as one that keeps the image's CMD: JupyterHub's authentication, the hub's base URL,
+and a container that ends with 0 when the server is shut down on purpose. The hub's environment is enough
 to show it; tests/team/test_jupyterhub.py runs a whole hub.
 
     make test FLAVOR=cpu PYTEST_ARGS="tests/team/test_hub_command.py"
@@ -59,3 +60,7 @@ def test_a_hub_naming_jupyterhub_singleuser_as_its_command_gets_the_hub_server(c
     # The server's name as the stop path sees it (15 bytes): a session holder, stopped last.
     server = container.run("pgrep -x jupyterhub-sing").stdout.split()
     assert len(server) == 1, container.run("ps -eo pid,comm,args").stdout
+    # Shut down on purpose (File > Shut Down, the hub's idle culler both end it with 0): the hub gets 0.
+    container.run(f"kill -TERM {server[0]}")
+    wait_until(lambda: not container.state()["Running"], 60, interval=1, failure=lambda: container.logs()[-3000:])
+    assert container.state()["ExitCode"] == 0, container.logs()[-3000:]
