@@ -96,6 +96,9 @@ scan_processes() {
     { read -r stat <"$entry/stat"; } 2>/dev/null || continue
     head=${stat:0:${#pid}+20}
     after=${head##*) }
+    # A kernel thread's name may be longer (kworker/u8:0-ext4-rsv-conversion): only the host's PID
+    # namespace shows them, and only there is the whole line searched.
+    if [[ $after == "$head" ]]; then head=$stat after=${stat##*) }; fi
     fields=${stat:${#head}-${#after}:24}
     [[ ${fields:0:1} == Z ]] && continue
     fields=${fields:2}
