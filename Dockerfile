@@ -111,7 +111,10 @@ RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTI
        /usr/local/share/container/jupyter/kernels/python3/ \
  && command -v python3 > /usr/local/lib/container/image-python \
  # The names of the image's own variables (NGC's and ours): SSH sessions get them (session-env.sh).
- && python3 -c 'import os; print("\n".join(sorted(os.environ)))' > /usr/local/lib/container/image-env-names \
+ # A build step sees this stage's build arguments as variables too; they are not the image's, and a
+ # run-time PIP_INDEX_URL may carry credentials, so their names stay out.
+ && python3 -c 'import os, sys; print("\n".join(sorted(set(os.environ) - set(sys.argv[1:]))))' \
+      FLAVOR PIP_INDEX_URL USER_UID USER_GID > /usr/local/lib/container/image-env-names \
  # user-packages, the tool that repairs the user's environment, runs on the image's Python, never on that
  # environment's (first on PATH once activated), where a .pth file that hangs would hang the tool too.
  && sed -i "1s|^#!.*|#!$(command -v python3)|" /usr/local/bin/user-packages \

@@ -21,7 +21,13 @@ readonly RUN_DIR=/run/container
 
 # Everything the steps share is declared here, and only here.
 JUPYTER_EXTRA_ARGS=()
-if [[ ${1-} == start-services ]]; then JUPYTER_EXTRA_ARGS=("${@:2}"); set --; fi
+# A hub that names its own command (DockerSpawner's cmd, z2jh's default) starts jupyterhub-singleuser
+# with its arguments: that is the services with the hub's arguments, as `start-services ARGS` is.
+if [[ ${1-} == start-services ]] ||
+   [[ -n ${JUPYTERHUB_API_TOKEN:-} && ${1-} == @(jupyterhub-singleuser|*/jupyterhub-singleuser) ]]; then
+  JUPYTER_EXTRA_ARGS=("${@:2}")
+  set --
+fi
 if (($#)); then CONTAINER_MODE="command"; else CONTAINER_MODE="services"; fi
 # A JupyterHub spawner hands its container an API token: the hub then authenticates, and SSH, which
 # the hub knows nothing of, stays off unless asked for.
@@ -32,6 +38,13 @@ if [[ $CONTAINER_MODE == command ]]; then ENABLE_SSH=0 ENABLE_JUPYTER=0; fi
 # The in-container GPU exporter (docs/monitoring.md) runs beside the services or beside a command: a
 # Slurm or Kubernetes job that runs torchrun as its command is where it is needed most.
 ENABLE_GPU_EXPORTER=$(read_switch ENABLE_GPU_EXPORTER 0)
+# Whether tini, our parent, is PID 1: else the container shares the host's PID namespace (Apptainer
+# without --pid, docker run --pid=host), and the stop path (stop.sh) signals only our descendants.
+# shellcheck disable=SC2034  # read by stop.sh
+if ((PPID == 1)); then OWN_PID_NAMESPACE=1; else OWN_PID_NAMESPACE=0; fi
+# Set by prepare_jupyter_auth only once it checked JUPYTER_AUTH=platform, never taken from outside:
+# jupyter_server_config.py runs tokenless only with it (a command's `jupyter lab` gets no such checks).
+unset JUPYTER_PLATFORM_AUTH_CHECKED
 # shellcheck disable=SC2034  # set by set_up_container_user, read by the later steps
 CONTAINER_UID="" CONTAINER_GID=""
 AS_USER=()   # the prefix that runs a command as the container user (set_up_container_user sets it)
@@ -133,6 +146,9 @@ wait_for_services() {
   log_warn "a service exited on its own (status $status): stopping your work, then the other services," \
            "so the restart policy can act"
   stop_user_work_then_services
+  # A hub's server that ends with 0 was shut down on purpose (File > Shut Down, the hub's idle culler):
+  # the hub counts the container's exit, and 0 is the truth. Elsewhere the restart policy needs non-zero.
+  if ((status == 0 && SPAWNED_BY_JUPYTERHUB)); then exit 0; fi
   exit "$((status == 0 ? 1 : status))"
 }
 

@@ -132,6 +132,18 @@ def test_any_uid_gets_a_passwd_entry_and_a_home(image):
     assert (user, home, writable) == ("dev", "/tmp/home-54321", "True")
 
 
+def test_a_fallback_home_that_someone_else_made_first_stops_the_start_with_one_line(image, tmp_path):
+    """/tmp is everyone's: a /tmp/home-UID made by another user (here root) must not become UID's home."""
+    planted = tmp_path / "planted"
+    planted.mkdir(mode=0o777)
+    result = run_container_to_completion(
+        image, command=["true"],
+        options=["--user", "54321:54321", "--shm-size=1g", "--volume", f"{planted}:/tmp/home-54321"])
+    assert result.returncode == 2, result.stderr
+    errors = error_lines(result.stderr)
+    assert len(errors) == 1 and "/tmp/home-54321 is not a folder of uid 54321" in errors[0], result.stderr
+
+
 def test_docker_stop_ends_the_services_in_time_with_exit_0(containers):
     container = containers(options=["--env", "SSH_AUTHORIZED_KEYS="])
     container.wait_until_healthy()

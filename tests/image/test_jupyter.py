@@ -156,3 +156,13 @@ def test_a_link_planted_at_the_token_file_never_makes_root_write_through_it(cont
     assert container.run("getent passwd dev").rc == 0
     token = re.findall(r"/\?token=([0-9a-f]{48})\b", container.logs())[-1]
     assert requests.get(f"{api_url(container)}/contents", params={"token": token}, timeout=10).status_code == 200
+
+
+def test_platform_auth_in_a_command_skips_no_check_and_refuses_to_run_open(image):
+    """JUPYTER_AUTH=platform turns the token off only after start-up checked it and warned; a command's
+    own `jupyter lab` gets neither, so it must behave as token mode (timeout: before, it served open)."""
+    result = run_container_to_completion(
+        image, command=["timeout", "60", "jupyter", "lab", "--port", "8899"],
+        options=["--shm-size=1g", "--env", "JUPYTER_AUTH=platform"])
+    assert result.returncode not in (0, 124), result.stderr[-3000:]
+    assert "refuses to start without authentication" in result.stdout + result.stderr, result.stderr[-3000:]

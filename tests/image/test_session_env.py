@@ -26,3 +26,18 @@ def test_sessions_get_training_settings_and_hook_exports_but_no_secret(container
         assert f"export {name}='{value}'" in contents, contents
     # The image's own variables, whatever their names.
     assert "export JUPYTER_CONTAINER_PORT='8888'" in contents and "export PATH='" in contents, contents
+
+
+def test_credentials_in_a_url_never_reach_the_sessions_file(containers, tmp_path):
+    """PIP_INDEX_URL is a build argument, not a variable of the image: given at run time with a password
+    it stays out; and a URL with credentials stays out under any name, even one a hook exported."""
+    hooks = tmp_path / "start.d"
+    hooks.mkdir()
+    (hooks / "10-mirror.sh").write_text("export DATA_MIRROR=https://reader:mirror-pass-cdef@mirror.example/data\n")
+    pip_index = "https://build:pip-pass-0123@pypi.example/simple"
+    container = containers(options=["--env", "ENABLE_JUPYTER=0", "--env", f"PIP_INDEX_URL={pip_index}",
+                                    "--volume", f"{hooks}:/etc/container/start.d:ro"])
+    contents = container.run("cat /etc/container/session-env.sh", user=None).stdout
+    assert "pip-pass-0123" not in contents and "mirror-pass-cdef" not in contents, contents
+    names = container.run("cat /usr/local/lib/container/image-env-names", user=None).stdout.split()
+    assert not {"PIP_INDEX_URL", "FLAVOR", "USER_UID", "USER_GID"} & set(names), names

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -141,6 +142,18 @@ def test_a_key_file_mounted_read_only_is_accepted(containers, tmp_path):
     container.wait_until_healthy()
     with ssh_session(container.published_port(2222), key=key) as client:
         assert run(client, "true")[0] == 0
+
+
+def test_a_home_mounted_from_the_host_keeps_its_mode(containers, tmp_path, user_key):
+    """The host's folder is the host's: start-up must not chmod a home that is a mount point."""
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o775)
+    os.chown(home, 1000, 1000)
+    container = containers(options=[*PUBLISH_SSH, *NO_JUPYTER, "--volume", f"{home}:/home/dev",
+                                    "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}"])
+    container.wait_until_healthy()
+    assert oct(home.stat().st_mode & 0o777) == oct(0o775)
 
 
 @pytest.mark.parametrize("options, message", [

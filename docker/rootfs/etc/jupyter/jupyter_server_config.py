@@ -10,7 +10,15 @@ import os
 
 c = get_config()  # noqa: F821 (injected by Jupyter's config loader)
 
-auth = os.environ.get("JUPYTER_AUTH", "token")
+# A hub's API token means a hub spawned us, whoever chose the command (DockerSpawner's cmd runs
+# jupyterhub-singleuser itself). Platform mode only after start-up checked it (start/jupyter.sh marks
+# it): `docker run -e JUPYTER_AUTH=platform IMAGE jupyter lab` skips those checks, so it gets a token.
+if os.environ.get("JUPYTERHUB_API_TOKEN"):
+    auth = "hub"
+else:
+    auth = os.environ.get("JUPYTER_AUTH", "token")
+    if auth == "platform" and os.environ.get("JUPYTER_PLATFORM_AUTH_CHECKED") != "1":
+        auth = "token"
 if auth != "hub":  # under a hub, JUPYTERHUB_SERVICE_URL and JUPYTERHUB_SERVICE_PREFIX set these
     c.ServerApp.ip = "0.0.0.0"
     c.ServerApp.port = int(os.environ["JUPYTER_CONTAINER_PORT"])  # set in the Dockerfile
@@ -33,7 +41,7 @@ password_hash = os.environ.get("JUPYTER_PASSWORD_HASH", "")
 if auth == "hub":
     pass  # jupyterhub-singleuser's identity provider asks the hub who is logged in
 elif auth == "platform":
-    # Start-up logged a warning and refused this mode unless JUPYTER_AUTH=platform was set explicitly.
+    # Start-up checked this mode, logged a warning, and marked it (JUPYTER_PLATFORM_AUTH_CHECKED).
     c.IdentityProvider.token = ""
 elif password_hash:
     c.PasswordIdentityProvider.hashed_password = password_hash

@@ -12,7 +12,8 @@
 #      the step down with them. Two exceptions:
 #      - torchrun's workers get the signal instead of torchrun, whose agent turns a SIGTERM of its own
 #        into exit status 1 and a traceback even when every worker saved; seeing its workers finish, it
-#        ends as a job that succeeded, with 0. (A workaround of torch's agent:
+#        ends as a job that succeeded, with 0. The same holds for a torchrun below a wrapper (our
+#        manifests' torchrun_node.py): the wrapper is left alone too. (A workaround of torch's agent:
 #        docs/torch-workarounds.md, "torchrun exits 1 on SIGTERM", says when it can go.)
 #      - a later stage of a pipeline typed at a shell (`torchrun ... | tee train.log`) is left to end at
 #        the end of its input: signalled with the trainer, `tee` would die first, and the trainer's next
@@ -21,10 +22,13 @@
 #        sibling of it. It gets SIGTERM only once that first stage has been gone for PIPE_DRAIN_US (a
 #        reader that ignores the end of its input). (Reading /proc/PID/fd would be exact, but root
 #        without CAP_SYS_PTRACE may not read another user's; a script without job control keeps one
-#        group for all its commands: README.md's "Connecting"
-#        (its Stopping paragraph) says what to do there.)
+#        group for all its commands: there a `tee`, `cat` or `logger` in a session holder's group counts
+#        as a later stage, signalled once the rest of the work has been gone for PIPE_DRAIN_US; README.md's
+#        "Connecting" (its Stopping paragraph) says what to do for other readers.)
 #   2. Wait for all of that work to exit, for at most STOP_TIMEOUT seconds (25: inside compose's 30 s).
 #   3. SIGTERM to everything left, services included.
+# Without a PID namespace of its own (Apptainer's default, `docker run --pid=host`) every step looks only
+# at the entrypoint's descendants: the host's other processes are never signalled.
 #
 # Thousands of processes (DataLoader workers, shells, tmux panes) and a full PID table (a fork bomb
 # within pids_limit) must not delay step 1: the whole stop path runs on bash builtins alone and forks
@@ -35,8 +39,13 @@ readonly DEFAULT_STOP_TIMEOUT_S=25
 # Process names (the comm field of /proc/PID/stat) that hold sessions open; they are stopped last, in
 # step 3. A notebook kernel is one too (a python process running ipykernel), found by its command line.
 # A lookup table, not a regular expression: bash compiles a regex at every match, 5,000 times a scan.
+# The Jupyter servers' names are cut to 15 bytes: jupyterhub-singleuser is "jupyterhub-sing".
 declare -rA SESSION_HOLDERS=([tini]=1 [sshd]=1 [bash]=1 [sh]=1 [dash]=1 [zsh]=1 [fish]=1 ["tmux: server"]=1
-  ["tmux: client"]=1 [screen]=1 [SCREEN]=1 [jupyter-lab]=1 [setpriv]=1 [sleep]=1)
+  ["tmux: client"]=1 [screen]=1 [SCREEN]=1 [jupyter-lab]=1 [jupyterhub-sing]=1 [jupyter-server]=1
+  [jupyter-noteboo]=1 [setpriv]=1 [sleep]=1)
+# Processes with these names that share a session holder's process group are the later stages of a
+# pipeline run without job control (`bash -c 'torchrun ... | tee train.log'`): see find_tops.
+declare -rA PIPE_READERS=([tee]=1 [cat]=1 [logger]=1)
 readonly KERNEL_COMMAND='ipykernel_launcher|-m ipykernel'
 readonly TORCHRUN_COMMAND='(/torchrun|torch\.distributed\.run|torch/distributed/run\.py) '
 # Only processes with these names can be a kernel or torchrun's agent (torch names it pt_elastic), so
@@ -49,11 +58,13 @@ readonly DESCRIBED_AT_MOST=8
 STOP_WAIT_FIFO=/run/container/stop-wait
 
 # What one pass over /proc found, keyed by PID.
-declare -A PARENT=() GROUP=() COMMAND=() HOLDER=()
+declare -A PARENT=() GROUP=() COMMAND=() HOLDER=() NAMED_READER=()
 LIVE=()    # every live process but PID 1 and the entrypoint
 WORK=()    # LIVE without the session holders
 TOPS=()    # what step 1 signals now
 READERS=() # later pipeline stages, signalled once the first stage is gone
+# A reader's first stage, or empty for a reader that waits until the rest of the work is gone.
+declare -A FIRST_STAGE=()
 
 # Made at start-up, while forking is still certain to work.
 prepare_stop_path() {
@@ -78,13 +89,16 @@ pause_between_checks() {
 # already (tini reaps it) and is left out.
 scan_processes() {
   local entry pid stat head after name fields
-  PARENT=() GROUP=() COMMAND=() HOLDER=() LIVE=() WORK=()
+  PARENT=() GROUP=() COMMAND=() HOLDER=() NAMED_READER=() LIVE=() WORK=()
   for entry in /proc/[0-9]*; do
     pid=${entry#/proc/}
     ((pid == 1 || pid == $$)) && continue
     { read -r stat <"$entry/stat"; } 2>/dev/null || continue
     head=${stat:0:${#pid}+20}
     after=${head##*) }
+    # A kernel thread's name may be longer (kworker/u8:0-ext4-rsv-conversion): only the host's PID
+    # namespace shows them, and only there is the whole line searched.
+    if [[ $after == "$head" ]]; then head=$stat after=${stat##*) }; fi
     fields=${stat:${#head}-${#after}:24}
     [[ ${fields:0:1} == Z ]] && continue
     fields=${fields:2}
@@ -100,8 +114,33 @@ scan_processes() {
       HOLDER[$pid]=1
     else
       WORK+=("$pid")
+      [[ -z ${PIPE_READERS[$name]-} ]] || NAMED_READER[$pid]=1
     fi
   done
+  # OWN_PID_NAMESPACE: entrypoint.sh's, 0 where /proc shows the host's processes.
+  ((OWN_PID_NAMESPACE)) || keep_descendants_only
+}
+
+# Without a PID namespace of its own the scan saw the host's processes, the user's other work among
+# them: LIVE and WORK keep only the entrypoint's descendants, found by walking PARENT up to $$.
+keep_descendants_only() {
+  local pid up steps kept_live=() kept_work=()
+  local -A INSIDE=()
+  for pid in "${LIVE[@]}"; do
+    up=${PARENT[$pid]} steps=0
+    # Each step up is one level of the tree; a loop in a stale scan cannot hold it forever.
+    while ((up > 1 && up != $$ && steps < 64)) && [[ -z ${INSIDE[$up]-} ]]; do
+      up=${PARENT[$up]:-0} steps=$((steps + 1))
+    done
+    if ((up == $$)) || [[ -n ${INSIDE[$up]-} ]]; then
+      INSIDE[$pid]=1
+      kept_live+=("$pid")
+    fi
+  done
+  for pid in "${WORK[@]}"; do
+    [[ -z ${INSIDE[$pid]-} ]] || kept_work+=("$pid")
+  done
+  LIVE=("${kept_live[@]}") WORK=("${kept_work[@]}")
 }
 
 # Sets COMMAND[PID] to its command line, words joined by spaces; false when it is gone.
@@ -113,19 +152,45 @@ read_command() {
 
 # Sets TOPS and READERS for the WORK that scan_processes found: the processes whose parent is a session
 # holder, but for torchrun its workers, and without the later stages of pipelines.
+# torchrun may run under a wrapper (scripts/multinode/torchrun_node.py, as our manifests start it): a
+# top with a torchrun agent below it is handled as that agent, whose workers get the signal; the
+# wrapper and the agent are left to see them finish, and end with 0.
 # (Inlined checks: a function call per process costs more than the whole test.)
 find_tops() {
-  local pid parent leader child workers
-  TOPS=() READERS=()
+  local pid parent leader child workers up top steps
+  local -A AGENTS_BELOW=() IS_TOP=()
+  TOPS=() READERS=() FIRST_STAGE=()
   for pid in "${WORK[@]}"; do
     # The parent holds sessions open, or is PID 1, the entrypoint, or outside the container (the parent
     # of `docker exec`), or gone.
     parent=${PARENT[$pid]}
     ((parent <= 1 || parent == $$)) || [[ -n ${HOLDER[$parent]-} || -z ${PARENT[$parent]-} ]] || continue
-    # A later pipeline stage: its process group is led by a sibling that is not a session holder.
+    IS_TOP[$pid]=1
+  done
+  # Each torchrun agent below a top (not the top itself), found by walking up from the agent.
+  for pid in "${WORK[@]}"; do
+    [[ -z ${IS_TOP[$pid]-} && ${COMMAND[$pid]-} =~ $TORCHRUN_COMMAND ]] || continue
+    up=${PARENT[$pid]} steps=0
+    while ((steps < 64)) && [[ -n ${PARENT[$up]-} && -z ${IS_TOP[$up]-} ]]; do
+      up=${PARENT[$up]} steps=$((steps + 1))
+    done
+    [[ -z ${IS_TOP[$up]-} ]] || AGENTS_BELOW[$up]+=" $pid"
+  done
+  for pid in "${WORK[@]}"; do
+    [[ -n ${IS_TOP[$pid]-} ]] || continue
+    parent=${PARENT[$pid]}
     leader=${GROUP[$pid]}
+    # A later pipeline stage: its process group is led by a sibling that is not a session holder.
     if ((leader != pid)) && [[ -z ${HOLDER[$leader]-} && ${PARENT[$leader]-} == "$parent" ]]; then
       READERS+=("$pid")
+      FIRST_STAGE[$pid]=$leader
+      continue
+    fi
+    # The same without job control (`bash -c 'a | tee log'`): the stage shares the shell's group, so
+    # only its name tells it; it is signalled once the rest of the work is gone.
+    if ((leader != pid)) && [[ -n ${NAMED_READER[$pid]-} && -n ${HOLDER[$leader]-} ]]; then
+      READERS+=("$pid")
+      FIRST_STAGE[$pid]=""
       continue
     fi
     workers=()
@@ -134,7 +199,12 @@ find_tops() {
         ((PARENT[$child] == pid)) && workers+=("$child")
       done
     fi
-    # A torchrun still in its rendezvous has no workers yet: it gets the signal itself.
+    for top in ${AGENTS_BELOW[$pid]-}; do
+      for child in "${WORK[@]}"; do
+        ((PARENT[$child] == top)) && workers+=("$child")
+      done
+    done
+    # A torchrun still in its rendezvous has no workers yet: it (or its wrapper) gets the signal itself.
     if ((${#workers[@]})); then TOPS+=("${workers[@]}"); else TOPS+=("$pid"); fi
   done
 }
@@ -161,13 +231,18 @@ describe_processes() {
   done
 }
 
-# SIGTERM to each later pipeline stage whose first stage has been gone for PIPE_DRAIN_US. DRAINING[PID]
-# holds when it was first seen gone; SIGNALLED[PID] that PID got its signal.
+# SIGTERM to each later pipeline stage whose first stage (or, for one without, the rest of the work:
+# OTHERS_ALIVE is 0) has been gone for PIPE_DRAIN_US. DRAINING[PID] holds when it was first seen gone;
+# SIGNALLED[PID] that PID got its signal.
 signal_drained_readers() {
   local reader now=${EPOCHREALTIME/./}
   for reader in "${READERS[@]}"; do
     [[ -z ${SIGNALLED[$reader]-} ]] || continue
-    is_alive "${GROUP[$reader]}" && continue
+    if [[ -n ${FIRST_STAGE[$reader]} ]]; then
+      is_alive "${FIRST_STAGE[$reader]}" && continue
+    else
+      ((OTHERS_ALIVE == 0)) || continue
+    fi
     : "${DRAINING[$reader]:=$now}"
     if ((now - DRAINING[$reader] >= PIPE_DRAIN_US)); then
       kill -TERM -- "$reader" 2>/dev/null || true
@@ -179,16 +254,18 @@ signal_drained_readers() {
 # Waits until none of WORK is alive, or TIMEOUT seconds; sets LEFT to those still alive. Each pass
 # looks only at what the last one found alive (is_alive inlined, as in find_tops).
 wait_for_work() {
-  local timeout=$1 deadline pid stat alive
+  local timeout=$1 deadline pid stat alive OTHERS_ALIVE
   local -A DRAINING=() SIGNALLED=()
   deadline=$((SECONDS + timeout))
   LEFT=("${WORK[@]}")
   while :; do
-    alive=()
+    alive=() OTHERS_ALIVE=0
     for pid in "${LEFT[@]}"; do
       { read -r stat <"/proc/$pid/stat"; } 2>/dev/null || continue
       stat=${stat##*) }
-      [[ ${stat:0:1} == Z ]] || alive+=("$pid")
+      [[ ${stat:0:1} == Z ]] && continue
+      alive+=("$pid")
+      [[ -n ${FIRST_STAGE[$pid]+set} ]] || OTHERS_ALIVE=1
     done
     LEFT=("${alive[@]}")
     if ((${#LEFT[@]} == 0 || SECONDS >= deadline)); then return; fi

@@ -95,6 +95,8 @@ use_the_platforms_authentication() {
            "front of it (Kubeflow's Istio and auth proxy, an authenticating reverse proxy) keeps others out." \
            "Never publish port $JUPYTER_CONTAINER_PORT where anyone can reach it directly."
   log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}${JUPYTER_BASE_URL} (authenticated by the platform)"
+  # jupyter_server_config.py leaves the token empty only with this mark of the checks above.
+  export JUPYTER_PLATFORM_AUTH_CHECKED=1
 }
 
 use_jupyters_own_authentication() {

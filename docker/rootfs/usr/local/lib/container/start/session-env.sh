@@ -20,10 +20,12 @@ readonly SESSION_ENV_ALLOWED='^(PATH|LD_[A-Z_]+|LIBRARY_PATH|CUDA_[A-Z0-9_]+|CUD
 SESSION_ENV_GIVEN=" $(compgen -e | tr '\n' ' ') "
 readonly SESSION_ENV_GIVEN
 # Per-session, per-process or start-up only: never copied into sessions.
-readonly SESSION_ENV_EXCLUDED='^(HOME|HOSTNAME|PWD|OLDPWD|SHLVL|TERM|USER|LOGNAME|SHELL|MAIL|_|CONTAINER_MODE|CONTAINER_SESSION_ENV_LOADED|SSH_AUTHORIZED_KEYS|SSH_AUTHORIZED_KEYS_FILE|PUID|PGID)$'
+readonly SESSION_ENV_EXCLUDED='^(HOME|HOSTNAME|PWD|OLDPWD|SHLVL|TERM|USER|LOGNAME|SHELL|MAIL|_|CONTAINER_MODE|CONTAINER_SESSION_ENV_LOADED|JUPYTER_PLATFORM_AUTH_CHECKED|SSH_AUTHORIZED_KEYS|SSH_AUTHORIZED_KEYS_FILE|PUID|PGID)$'
 # Secrets (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, JUPYTER_TOKEN...): they reach the services and
 # the command, never a file. Sessions that need one read it from a file of the user's (~/.cache/huggingface/token).
 readonly SESSION_ENV_SECRETS='(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL|_HASH)'
+# A value with credentials in a URL (https://user:pass@host, https://TOKEN@host) is a secret under any name.
+readonly SESSION_ENV_URL_CREDENTIALS='://[^/[:space:]]+@'
 
 # Whether NAME, given to the container at start, reaches sessions (see SESSION_ENV_ALLOWED above).
 session_may_get() {
@@ -40,6 +42,7 @@ write_session_env() {
       [[ $name =~ $SESSION_ENV_EXCLUDED || $name =~ $SESSION_ENV_SECRETS ]] && continue
       session_may_get "$name" || continue
       value=${!name}
+      [[ $value =~ $SESSION_ENV_URL_CREDENTIALS ]] && continue
       printf "export %s='%s'\n" "$name" "${value//\'/\'\\\'\'}"
     done
     # bash.bashrc reads the file once per session, so a subshell keeps the PATH its caller changed.

@@ -80,5 +80,8 @@ prepare_ssh() {
   install -d -m 0755 /run/sshd
   # The image's home is group-writable for OpenShift (g=u), which sshd's StrictModes refuses for keys in
   # ~/.ssh/authorized_keys; a container that runs sshd runs as root, never under OpenShift's rules.
-  chmod g-w "/home/$CONTAINER_USER" 2>/dev/null || true
+  # A home mounted from the host is the host's folder, whose mode is the host's business, not ours.
+  if ! mountpoint -q "/home/$CONTAINER_USER"; then
+    chmod g-w "/home/$CONTAINER_USER" 2>/dev/null || true
+  fi
 }

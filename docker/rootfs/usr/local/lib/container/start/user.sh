@@ -112,7 +112,12 @@ give_unknown_uid_a_passwd_entry() {
   library=$(compgen -G '/usr/lib/*/libnss_wrapper.so' | head -n 1) ||
     fatal "uid $uid has no passwd entry and libnss_wrapper is missing from the image; rebuild it"
   home=/home/$CONTAINER_USER
-  [[ -w $home ]] || { home=/tmp/home-$uid; mkdir -p "$home"; }
+  if [[ ! -w $home ]]; then
+    # /tmp is everyone's: a folder of that name that someone else made first is not our home.
+    home=/tmp/home-$uid
+    { [[ -e $home ]] || mkdir -m 0700 "$home" 2>/dev/null; } && [[ -d $home && ! -L $home && -O $home ]] ||
+      fatal "$home is not a folder of uid $uid, and /home/$CONTAINER_USER is not writable; mount a writable folder at /home/$CONTAINER_USER, or remove $home"
+  fi
   NSS_WRAPPER_PASSWD=$(mktemp) NSS_WRAPPER_GROUP=$(mktemp)
   grep -v "^$CONTAINER_USER:" /etc/passwd >"$NSS_WRAPPER_PASSWD"
   echo "$CONTAINER_USER:x:$uid:$gid:container user:$home:/bin/bash" >>"$NSS_WRAPPER_PASSWD"
