@@ -93,12 +93,20 @@ warn_if_workspace_not_writable() {
            "PUID/PGID (or --user) to its owner's ids; under rootless Podman, add --userns=keep-id"
 }
 
+# The home of a start that has no writable one: /tmp/home-UID, made as UID's. /tmp is everyone's, so a
+# folder of that name that someone else made first, or a link planted there, is refused, never used.
+claim_fallback_home() {
+  local home=/tmp/home-$1
+  "${AS_USER[@]}" mkdir -p -m 0700 "$home" 2>/dev/null
+  "${AS_USER[@]}" test -d "$home" && ! "${AS_USER[@]}" test -L "$home" && "${AS_USER[@]}" test -O "$home"
+}
+
 # HOME must be writable (JupyterLab, pip and torch.compile write there); the image's may not be, under
 # a read-only root or for a uid that owns nothing: then a home of this start's own, in /tmp.
 ensure_writable_home() {
   "${AS_USER[@]}" test -w "$HOME" && return 0
   local fallback=/tmp/home-$CONTAINER_UID
-  if ! "${AS_USER[@]}" mkdir -p -m 0700 "$fallback" || ! "${AS_USER[@]}" test -O "$fallback"; then
+  if ! claim_fallback_home "$CONTAINER_UID"; then
     fatal "HOME=$HOME is not writable for uid $CONTAINER_UID, nor is $fallback; mount a writable folder at $HOME (Kubernetes: an emptyDir), or add --tmpfs /tmp"
   fi
   log_warn "HOME=$HOME is not writable for uid $CONTAINER_UID: using $fallback, lost with the container; mount a volume at $HOME to keep it"
@@ -113,9 +121,8 @@ give_unknown_uid_a_passwd_entry() {
     fatal "uid $uid has no passwd entry and libnss_wrapper is missing from the image; rebuild it"
   home=/home/$CONTAINER_USER
   if [[ ! -w $home ]]; then
-    # /tmp is everyone's: a folder of that name that someone else made first is not our home.
     home=/tmp/home-$uid
-    { [[ -e $home ]] || mkdir -m 0700 "$home" 2>/dev/null; } && [[ -d $home && ! -L $home && -O $home ]] ||
+    claim_fallback_home "$uid" ||
       fatal "$home is not a folder of uid $uid, and /home/$CONTAINER_USER is not writable; mount a writable folder at /home/$CONTAINER_USER, or remove $home"
   fi
   NSS_WRAPPER_PASSWD=$(mktemp) NSS_WRAPPER_GROUP=$(mktemp)
