@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares a bare CI machine of this workplace for `make test` (see ../shared/docs/machine.md):
-# a Docker engine, the buildx and compose plugins, Chromium for the browser tests, and an offline
-# Debian base image (no registry is reachable here).
+# a current Docker Engine (26, from the next Debian release), the buildx and compose plugins, Chromium
+# for the browser tests, and an offline Debian base image (no registry is reachable here).
 # Every step is idempotent, so a developer can run it again on a machine that already has them.
 set -euo pipefail
 
@@ -10,12 +10,15 @@ readonly PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
 BASE_IMAGE=$(sed -n 's/^ARG CPU_BASE_IMAGE=//p' "$(dirname "$0")/../Dockerfile")
 readonly BASE_IMAGE
 readonly NEXT_DEBIAN_RELEASE=trixie
+# The oldest engine the suite runs on (docs/building.md): this release's docker.io is 20.10, which
+# cannot pull zstd layers and has no healthcheck start interval.
+readonly MIN_ENGINE_MAJOR=26
 
 log() { printf '[prepare-machine] %s\n' "$*" >&2; }
 
 install_debian_packages() {
   local missing=()
-  for pkg in docker.io debootstrap chromium openssh-client; do
+  for pkg in debootstrap chromium openssh-client; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
   done
   if ((${#missing[@]})); then
@@ -25,19 +28,47 @@ install_debian_packages() {
   fi
 }
 
-# The current Debian release has no buildx; the next release's static plugins work with dockerd 20.10.
+# Downloads PACKAGE... of the next Debian release into the current folder, through a sources list of
+# its own on this machine's mirror (the system's apt sources stay as they are).
+download_from_next_release() {
+  local mirror lists
+  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+  lists=$(mktemp -d)
+  mkdir -p "$lists/lists/partial" "$lists/archives/partial"
+  echo "deb $mirror $NEXT_DEBIAN_RELEASE main" >"$lists/sources.list"
+  local apt_opts=(-o "Dir::Etc::SourceList=$lists/sources.list" -o "Dir::Etc::SourceParts=-"
+                  -o "Dir::State::Lists=$lists/lists" -o "Dir::Cache::Archives=$lists/archives")
+  apt-get "${apt_opts[@]}" update -qq 2>/dev/null
+  apt-get "${apt_opts[@]}" download "$@" >/dev/null 2>&1
+  rm -rf "$lists"
+}
+
+engine_is_current() {
+  local version
+  version=$(dockerd --version 2>/dev/null | sed -n 's/^Docker version \([0-9]*\)\..*/\1/p')
+  [[ -n $version ]] && ((version >= MIN_ENGINE_MAJOR))
+}
+
+# The next release's docker.io (26) and containerd (1.7) need glibc 2.34, which this release has; its
+# runc needs 2.38, so apt satisfies their runc and tini dependencies from this release instead.
+install_docker_engine() {
+  if engine_is_current; then return; fi
+  log "installing Docker Engine and containerd from Debian $NEXT_DEBIAN_RELEASE"
+  local work
+  work=$(mktemp -d)
+  (cd "$work" && download_from_next_release docker.io containerd)
+  bash "$(dirname "$0")/apt-install-without-services.sh" "$work"/docker.io_*.deb "$work"/containerd_*.deb
+  rm -rf "$work"
+  engine_is_current || { log "dockerd $(dockerd --version) is older than $MIN_ENGINE_MAJOR after the install"; exit 1; }
+}
+
+# The current Debian release has no buildx; the next release's static plugins work with its engine.
 install_cli_plugins() {
   if [[ -x $PLUGIN_DIR/docker-buildx && -x $PLUGIN_DIR/docker-compose ]]; then return; fi
   log "installing buildx and compose plugins from Debian $NEXT_DEBIAN_RELEASE"
-  local mirror work
-  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+  local work
   work=$(mktemp -d)
-  mkdir -p "$work/lists" "$work/archives/partial"
-  echo "deb $mirror $NEXT_DEBIAN_RELEASE main" >"$work/sources.list"
-  local apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o "Dir::Etc::SourceParts=-"
-                  -o "Dir::State::Lists=$work/lists" -o "Dir::Cache::Archives=$work/archives")
-  apt-get "${apt_opts[@]}" update -qq
-  (cd "$work" && apt-get "${apt_opts[@]}" download docker-buildx docker-compose >/dev/null)
+  (cd "$work" && download_from_next_release docker-buildx docker-compose)
   mkdir -p "$PLUGIN_DIR"
   for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/root"; done
   install -m 0755 "$work"/root/usr/libexec/docker/cli-plugins/* "$PLUGIN_DIR/"
@@ -57,10 +88,15 @@ start_docker_engine() {
 }
 
 # A base imported by an older version of this script has a 0700 root, which `docker run` cannot show
-# (its merged root is always 0755): the mode is read from the image's one layer instead.
+# (its merged root is always 0755): the mode is read from the image's one layer instead, found through
+# manifest.json (Docker 25+ saves an OCI layout, where layers are blobs, not */layer.tar).
 base_root_is_world_readable() {
-  local root_entry
-  root_entry=$(docker save "$BASE_IMAGE" | tar -xO --wildcards '*layer.tar' | tar -tv 2>/dev/null | head -n 1 || true)
+  local saved layer root_entry
+  saved=$(mktemp -d)
+  docker save "$BASE_IMAGE" | tar -x -C "$saved"
+  layer=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["Layers"][0])' "$saved/manifest.json")
+  root_entry=$(tar -tvf "$saved/$layer" 2>/dev/null | head -n 1 || true)
+  rm -rf "$saved"
   [[ $root_entry == drwxr-xr-x* ]]
 }
 
@@ -84,6 +120,7 @@ build_offline_base_image() {
 
 install_cli_plugins_and_engine() {
   install_debian_packages
+  install_docker_engine
   install_cli_plugins
   start_docker_engine
   build_offline_base_image
