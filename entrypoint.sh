@@ -48,6 +48,9 @@ unset JUPYTER_PLATFORM_AUTH_CHECKED
 # shellcheck disable=SC2034  # set by set_up_container_user, read by the later steps
 CONTAINER_UID="" CONTAINER_GID=""
 AS_USER=()   # the prefix that runs a command as the container user (set_up_container_user sets it)
+# 1 where the user's work must run as the container's root (rootless Podman's default namespace, with
+# the caller's folder at /workspace): set by set_up_container_user, which leaves AS_USER empty then.
+WORK_RUNS_AS_CONTAINER_ROOT=0
 RUNNING_HOOK=""
 JUPYTER_SERVER_COMMAND=(jupyter lab)   # prepare_jupyter_auth picks jupyterhub-singleuser under a hub
 export CONTAINER_MODE
@@ -188,7 +191,7 @@ start_gpu_exporter
 if [[ $CONTAINER_MODE == command ]]; then
   touch "$RUN_DIR/started"
   # Root keeps root only by asking for it (docker exec --user root), never because a step went missing.
-  ((EUID != 0 || ${#AS_USER[@]})) || fatal "internal: the container user was not set up; the command did not run"
+  ((EUID != 0 || ${#AS_USER[@]} || WORK_RUNS_AS_CONTAINER_ROOT)) || fatal "internal: the container user was not set up; the command did not run"
   run_command "$@"
 fi
 start_services

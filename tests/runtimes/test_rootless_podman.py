@@ -117,6 +117,9 @@ def test_rootless_podman_keep_id_trains_two_ranks_into_the_users_folder_as_the_u
     assert saved and {(path.stat().st_uid, path.stat().st_gid) for path in saved} == {(podman.uid, podman.gid)}
 
 
+ROOTLESS_CALLER_LINE = "run as the container's root, which is you on the host"
+
+
 @pytest.mark.parametrize("empty", [True, False], ids=["empty", "with-files"])
 def test_rootless_podman_default_userns_leaves_the_users_folder_to_the_user_with_one_line(podman, podman_image,
                                                                                           empty):
@@ -125,8 +128,36 @@ def test_rootless_podman_default_userns_leaves_the_users_folder_to_the_user_with
     result = podman.run("run", "--rm", "--volume", f"{folder}:/workspace", podman_image, "true")
     assert result.returncode == 0, result.stderr
     assert (folder.stat().st_uid, folder.stat().st_gid) == (podman.uid, podman.gid)
-    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line and "/workspace" in line]
-    assert len(warnings) == 1 and "--userns=keep-id" in warnings[0], result.stderr
+    lines = [line for line in result.stderr.splitlines() if "/workspace" in line]
+    assert len(lines) == 1 and "INFO" in lines[0] and ROOTLESS_CALLER_LINE in lines[0], result.stderr
+
+
+def test_rootless_podman_default_userns_trains_two_ranks_into_the_users_folder_as_the_user(podman, podman_image):
+    """`podman run -v ~/w:/workspace IMAGE torchrun ...` without keep-id: the checkpoint is the user's."""
+    folder = podman.folder(empty=False)
+    result = podman.run("run", "--rm", "--shm-size=1g", "--volume", f"{folder}:/workspace", podman_image,
+                        "bash", "-c", f"{TRAIN} --ckpt-dir /workspace/ck")
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = checkpoints(folder / "ck")
+    assert saved and {(path.stat().st_uid, path.stat().st_gid) for path in saved} == {(podman.uid, podman.gid)}
+
+
+def test_rootless_podman_default_userns_jupyterlab_writes_the_users_folder_and_says_what_ssh_cannot(
+        podman, podman_image):
+    folder = podman.folder(empty=False)
+    name, port = start_services(podman, podman_image, "--volume", f"{folder}:/workspace")
+    try:
+        wait_for_jupyter(port, lambda: f"JupyterLab did not answer:\n{logs(podman, name)[-3000:]}")
+        made = requests.put(f"http://127.0.0.1:{port}/api/contents/made-in-jupyter.txt", params={"token": TOKEN},
+                            json={"type": "file", "format": "text", "content": "mine"}, timeout=30)
+        container_logs = logs(podman, name)
+    finally:
+        podman.run("rm", "--force", name)
+    assert made.status_code == 201, made.text
+    for path in (folder / "made-in-jupyter.txt", folder / "examples" / "ddp_quickstart.ipynb"):
+        assert (path.stat().st_uid, path.stat().st_gid) == (podman.uid, podman.gid), path
+    warnings = [line for line in container_logs.splitlines() if "WARNING" in line and "/workspace" in line]
+    assert len(warnings) == 1 and "SSH logs in as dev" in warnings[0], container_logs
 
 
 # What `make up` needs of the checkout: the Makefile reads versions from the Dockerfile.
@@ -137,9 +168,7 @@ PODMAN_CPU_FILES = ("-f", "compose.yaml", "-f", "compose.cpu.yaml", "-f", "compo
 def test_make_up_uses_podman_compose_where_no_docker_engine_answers_and_the_workspace_stays_the_users(
         podman, podman_image, image):
     """The test user cannot reach Docker's socket: for it, this host has Podman and no Docker engine."""
-    checkout, workspace = podman.folder(), podman.folder()
-    for name in MAKE_UP_FILES:
-        (checkout / name).write_text((REPO_ROOT / name).read_text())
+    checkout, workspace = podman.copy_of(REPO_ROOT, MAKE_UP_FILES), podman.folder()
     key, ssh_port, jupyter_port = generate_key(), free_port(), free_port()
     repository, _, tag = image.rpartition(":")
     env = {"IMAGE": repository, "TAG": tag, "WORKSPACE": str(workspace), "JUPYTER_PORT": str(jupyter_port),

@@ -26,10 +26,11 @@ class RootlessPodman:
     home: pathlib.Path
 
     def as_user(self, *args: str, cwd: pathlib.Path | None = None, **env: str) -> list[str]:
-        """ARGS as a command line run by the test user in CWD, with its own runtime folder, podman-compose on
-        PATH and ENV, and nothing of this process's environment (no Docker settings leak in)."""
+        """ARGS as a command line run by the test user in CWD (default: its home, never this process's
+        folder: a checkout in a private folder is out of that user's reach), with its own runtime folder,
+        podman-compose on PATH and ENV, and nothing of this process's environment (no Docker settings)."""
         path = f"{self.home / PODMAN_COMPOSE_VENV}/bin:/usr/local/bin:/usr/bin:/bin"
-        return ["runuser", "-u", self.user, "--", "env", "-i", *([f"--chdir={cwd}"] if cwd else []),
+        return ["runuser", "-u", self.user, "--", "env", "-i", f"--chdir={cwd or self.home}",
                 f"XDG_RUNTIME_DIR=/run/user/{self.uid}", f"HOME={self.home}", f"PATH={path}",
                 *(f"{name}={value}" for name, value in env.items()), *args]
 
@@ -50,6 +51,15 @@ class RootlessPodman:
             (folder / "notes.txt").write_text("mine\n")
             os.chown(folder / "notes.txt", self.uid, self.gid)
         os.chown(folder, self.uid, self.gid)
+        return folder
+
+    def copy_of(self, root: pathlib.Path, names: tuple[str, ...]) -> pathlib.Path:
+        """A new folder of the user's holding the files NAMES of ROOT, all the user's: what a user who cloned
+        the repository has (the test's own checkout may lie where that user cannot read)."""
+        folder = self.folder()
+        for name in names:
+            shutil.copyfile(root / name, folder / name)
+            os.chown(folder / name, self.uid, self.gid)
         return folder
 
     def remove_folders(self) -> None:

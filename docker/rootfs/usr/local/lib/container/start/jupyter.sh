@@ -124,6 +124,8 @@ prepare_jupyter_auth() {
     esac
   fi
   record_jupyter_probe_url
+  # Jupyter refuses root without this; start-up chose root only for the rootless caller (start/user.sh).
+  if ((WORK_RUNS_AS_CONTAINER_ROOT)); then JUPYTER_SERVER_COMMAND+=(--allow-root); fi
   # jupyter_server_config.py reads these three, as this step left them.
   export JUPYTER_TOKEN=${JUPYTER_TOKEN:-} JUPYTER_AUTH JUPYTER_BASE_URL
 }

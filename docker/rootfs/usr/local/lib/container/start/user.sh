@@ -1,5 +1,5 @@
 # Core start-up step (sourced by entrypoint.sh; defines functions only): who the container user is.
-# shellcheck disable=SC2034  # CONTAINER_UID/GID and AS_USER are declared and read by entrypoint.sh
+# shellcheck disable=SC2034  # CONTAINER_UID/GID, AS_USER, WORK_RUNS_AS_CONTAINER_ROOT: declared, read by entrypoint.sh
 # Started as root (the default): PUID/PGID remap the user so files in bind mounts carry the host's ids.
 # Started with `docker run --user UID:GID`: that uid gets a passwd entry and a HOME through nss_wrapper,
 # because tools such as torch.compile (getpass) and ssh-keygen fail for a uid the system does not know.
@@ -81,6 +81,26 @@ workspace_is_unclaimed() {
   [[ $owner == 0 && $(awk '{print $1, $2, $3}' /proc/self/uid_map) == "0 0 4294967295" ]]
 }
 
+# Rootless Podman's (and rootless Docker's) default user namespace: the container's root is the one host
+# user who started it (uid 0 maps to a single host uid other than 0), and a folder of theirs mounted at
+# /workspace shows up as root's. dev is a subordinate uid there and cannot write it; root can, and what
+# root writes is the host user's. (keep-id maps uid 0 elsewhere; Kubernetes' user namespaces map a range.)
+workspace_is_the_rootless_callers() {
+  mountpoint -q /workspace && [[ $(stat -c %u /workspace) == 0 ]] &&
+    awk '$1 == 0 && $2 != 0 && $3 == 1 {found = 1} END {exit !found}' /proc/self/uid_map
+}
+
+# In that namespace the user's work (the command, JupyterLab with its kernels and terminals) runs as the
+# container's root, as jupyter/docker-stacks does there; sshd still logs people in as dev only.
+run_work_as_the_rootless_caller() {
+  WORK_RUNS_AS_CONTAINER_ROOT=1
+  log_info "rootless Podman without --userns=keep-id: /workspace is your folder, root's in here, so your" \
+           "command and JupyterLab run as the container's root, which is you on the host: their files stay yours"
+  ((ENABLE_SSH)) || return 0
+  log_warn "SSH logs in as $CONTAINER_USER, who cannot write your /workspace in this mode; to work over SSH start" \
+           "with --userns=keep-id:uid=1000,gid=1000 --user root (make up does)"
+}
+
 warn_if_workspace_not_writable() {
   "${AS_USER[@]}" test -w /workspace && return 0
   if ! mountpoint -q /workspace; then
@@ -158,8 +178,12 @@ set_up_container_user() {
     HOME=$(getent passwd "$(id -u)" | cut -d: -f6)
   fi
   export HOME USER=$CONTAINER_USER LOGNAME=$CONTAINER_USER
-  # The prefix that runs a command as the container user: it drops root when started as root.
-  if ((EUID == 0)); then
+  # The prefix that runs a command as the container user: it drops root when started as root, except
+  # for the rootless caller's own folder (then CONTAINER_UID/GID say who runs the work: 0:0).
+  if ((EUID == 0)) && workspace_is_the_rootless_callers; then
+    run_work_as_the_rootless_caller
+    CONTAINER_UID=0 CONTAINER_GID=0 AS_USER=()
+  elif ((EUID == 0)); then
     AS_USER=(setpriv --reuid="$CONTAINER_UID" --regid="$CONTAINER_GID" --init-groups --)
   else
     AS_USER=()
