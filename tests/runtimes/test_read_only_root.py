@@ -5,6 +5,8 @@ start-up names the tmpfs mounts it needs in one line, and with them the services
 """
 from __future__ import annotations
 
+import re
+
 import requests
 
 from tests.support.runtime_rules import TOKEN, TRAIN, checkpoints
@@ -21,7 +23,21 @@ def test_docker_read_only_root_stops_with_one_line_naming_each_tmpfs_to_add(imag
     lines = result.stderr.splitlines()
     assert all(line.startswith("[start]") for line in lines), result.stderr  # no raw touch/install errors
     (error,) = [line for line in lines if "ERROR" in line]
-    assert all(f"--tmpfs {path}" in error for path in SERVICE_TMPFS), error
+    # /tmp too: the home /home/dev is on the read-only root, and the one that replaces it lies in /tmp.
+    assert all(f"--tmpfs {path}" in error for path in [*SERVICE_TMPFS, "/tmp"]), error
+
+
+def test_docker_read_only_root_with_a_tmpfs_on_run_names_every_other_mount_the_first_time(containers, image):
+    """The mounts the one line names are all start-up needs: following it once, the services start."""
+    result = run_container_to_completion(image, options=["--read-only", "--tmpfs", "/run"])
+    assert result.returncode == 2, result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    named = re.findall(r"--tmpfs (\S+)", error)
+    assert sorted(named) == sorted({*SERVICE_TMPFS, "/tmp"} - {"/run"}), error
+    container = containers(options=["--read-only", "--tmpfs", "/run", *(f"--tmpfs={path}" for path in named),
+                                    "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    container.wait_until_healthy()
+    assert "ERROR" not in container.logs(), container.logs()
 
 
 def test_docker_read_only_root_with_the_named_tmpfs_serves_jupyter_and_ssh(containers, tmp_path):

@@ -27,8 +27,9 @@ check_paths_start_up_writes() {
     if [[ ! -w / && ! -s $HOST_KEYS_DIR/ssh_host_ed25519_key ]]; then needed+=("$HOST_KEYS_DIR"); fi
   fi
   needed+=("$RUN_DIR")
-  # A uid without a passwd entry gets one, and maybe its HOME, in /tmp (start/user.sh).
-  ((EUID == 0)) || needed+=(/tmp)
+  # A uid without a passwd entry gets one, and maybe its HOME, in /tmp (start/user.sh); so does the
+  # container user whose home is on the read-only root (root's -w fails there only for that reason).
+  if ((EUID != 0)) || [[ ! -w /home/$CONTAINER_USER ]]; then needed+=(/tmp); fi
   mapfile -t missing < <(unwritable_paths "${needed[@]}")
   if ((${#missing[@]})); then
     fatal "start-up must write ${missing[*]}, read-only here (docker run --read-only?); add$(printf ' --tmpfs %s' "${missing[@]}")" \

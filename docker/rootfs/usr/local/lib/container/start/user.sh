@@ -103,9 +103,15 @@ run_work_as_the_rootless_caller() {
 
 warn_if_workspace_not_writable() {
   "${AS_USER[@]}" test -w /workspace && return 0
+  if ! mountpoint -q /workspace && findmnt -n -o OPTIONS --target /workspace | grep -qw ro; then
+    log_warn "/workspace is the image's own, on a read-only root; mount a folder or volume there" \
+             "(-v DIR:/workspace, a Kubernetes volume)"
+    return 0
+  fi
   if ! mountpoint -q /workspace; then
-    log_warn "/workspace is the image's own and not writable here (a read-only root?); mount a folder or" \
-             "volume there (-v DIR:/workspace, a Kubernetes volume)"
+    log_warn "/workspace (the image's own, owner $(stat -c %u:%g /workspace)) is not writable for uid" \
+             "$CONTAINER_UID:$CONTAINER_GID; mount a folder of that uid there (-v DIR:/workspace), or run as" \
+             "the image's user (--user 1000) or in group 0 (--user UID:0)"
     return 0
   fi
   log_warn "/workspace (owner $(stat -c %u:%g /workspace)) is not writable for the container user" \
@@ -168,8 +174,12 @@ set_up_container_user() {
       log_warn "PUID/PGID are ignored: the container was started as uid $(id -u) (--user); drop --user to use them"
     give_unknown_uid_a_passwd_entry
   fi
-  CONTAINER_UID=$(id -u "$CONTAINER_USER" 2>/dev/null || id -u)
-  CONTAINER_GID=$(id -g "$CONTAINER_USER" 2>/dev/null || id -g)
+  # Started as another uid (--user), that uid is the container user, whatever account of the image has it.
+  if ((EUID == 0)); then
+    CONTAINER_UID=$(id -u "$CONTAINER_USER") CONTAINER_GID=$(id -g "$CONTAINER_USER")
+  else
+    CONTAINER_UID=$(id -u) CONTAINER_GID=$(id -g)
+  fi
   # A runtime that starts us as the caller (Apptainer, Kubernetes) may give a HOME of its own; "/" is
   # what Docker gives a uid without a passwd entry, which now has one.
   if ((EUID == 0)); then
