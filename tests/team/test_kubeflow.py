@@ -17,7 +17,8 @@ from tests.support.jupyter_websockets import JupyterAccess, run_in_kernel, run_i
 
 PREFIX = "/notebook/ns/me"
 KUBEFLOW_LIKE = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0", "--env", f"NB_PREFIX={PREFIX}"]
-PLATFORM_AUTH = ["--env", "JUPYTER_AUTH=platform"]
+PLATFORM_HOST = "kubeflow.example.com"  # the name the platform serves the notebook under
+PLATFORM_AUTH = ["--env", "JUPYTER_AUTH=platform", "--env", f"JUPYTER_ALLOWED_HOSTS={PLATFORM_HOST}"]
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,18 @@ def test_the_platform_switch_is_logged_as_a_warning(kubeflow_notebook):
     assert "WARNING: JUPYTER_AUTH=platform: JupyterLab runs WITHOUT its own token" in kubeflow_notebook.logs()
 
 
+@pytest.mark.parametrize(("host", "status"), [
+    ("rebound.attacker.example", 403),  # a page whose name now points at 127.0.0.1 (DNS rebinding)
+    (f"{PLATFORM_HOST}:443", 200),
+    ("localhost", 200),
+])
+def test_without_a_login_of_its_own_jupyterlab_answers_only_the_platforms_host_names(kubeflow_notebook, host,
+                                                                                      status):
+    terminals = f"http://127.0.0.1:{kubeflow_notebook.published_port(8888)}{PREFIX}/api/terminals"
+    assert requests.get(terminals, headers={"Host": host}, timeout=10).status_code == status
+    assert f"only requests for localhost,{PLATFORM_HOST} and loopback" in kubeflow_notebook.logs()
+
+
 @pytest.mark.parametrize("auth", [[], ["--env", "JUPYTER_AUTH="]], ids=["unset", "empty"])
 def test_without_the_switch_the_prefix_keeps_a_token(containers, auth):
     container = containers(options=[*KUBEFLOW_LIKE, *auth])
@@ -65,7 +78,10 @@ def test_without_the_switch_the_prefix_keeps_a_token(containers, auth):
     (["NB_PREFIX=notebook/ns/me"], "is not a URL path"),
     (["NB_PREFIX=/notebook/../etc"], "is not a URL path"),
     (["NB_PREFIX=/a", "JUPYTER_BASE_URL=/b"], "disagree; set only one of them"),
-], ids=["unknown-auth", "platform-and-token", "relative-prefix", "dot-dot", "two-prefixes"])
+    (["JUPYTER_AUTH=platform", "JUPYTER_ALLOWED_HOSTS=10.0.0.5"], "'10.0.0.5' is not a host name"),
+    (["JUPYTER_AUTH=platform", "JUPYTER_ALLOWED_HOSTS=a.example,https://b.example"], "is not a host name"),
+], ids=["unknown-auth", "platform-and-token", "relative-prefix", "dot-dot", "two-prefixes", "address-as-host",
+        "url-as-host"])
 def test_a_bad_setting_stops_start_up_with_one_line(image, env, message):
     options = ["--env", "ENABLE_SSH=0"] + [option for pair in env for option in ("--env", pair)]
     result = run_container_to_completion(image, options=options)

@@ -27,7 +27,8 @@ if auth != "hub":  # under a hub, JUPYTERHUB_SERVICE_URL and JUPYTERHUB_SERVICE_
 c.ServerApp.open_browser = False
 c.ServerApp.root_dir = "/workspace"
 c.ServerApp.terminals_enabled = True
-# The browser reaches us through a published port, so the Host header is the docker host's name.
+# The browser reaches us through a published port, so the Host header is the docker host's name
+# (platform mode, which has no login of its own, narrows this below).
 c.ServerApp.allow_remote_access = True
 # The sample notebook (copied into the workspace at start, start/notebooks.sh) opens first.
 SAMPLE_NOTEBOOK = "examples/ddp_quickstart.ipynb"
@@ -43,6 +44,10 @@ if auth == "hub":
 elif auth == "platform":
     # Start-up checked this mode, logged a warning, and marked it (JUPYTER_PLATFORM_AUTH_CHECKED).
     c.IdentityProvider.token = ""
+    # No login of our own: only the platform's host names (JUPYTER_ALLOWED_HOSTS, checked at start-up) and
+    # loopback addresses, so a page that points its own name at a published port cannot use the server.
+    c.ServerApp.allow_remote_access = False
+    c.ServerApp.local_hostnames = ["localhost", *filter(None, os.environ.get("JUPYTER_ALLOWED_HOSTS", "").split(","))]
 elif password_hash:
     c.PasswordIdentityProvider.hashed_password = password_hash
     c.PasswordIdentityProvider.password_required = True

@@ -88,12 +88,33 @@ use_the_hubs_authentication() {
            "the hub logs users in (${JUPYTERHUB_SERVICE_PREFIX:-/})"
 }
 
+# JUPYTER_ALLOWED_HOSTS: the host names the platform serves JupyterLab under, comma-separated, as one
+# lower-case list. Without a login of its own JupyterLab answers no other Host header (and loopback
+# addresses): else a web page whose name its owner points at 127.0.0.1 (DNS rebinding) reaches a
+# terminal through a port published there. Jupyter matches names only, so an address or a port is refused.
+read_jupyter_allowed_hosts() {
+  local names=() name listed=()
+  IFS=, read -ra names <<<"${JUPYTER_ALLOWED_HOSTS:-}"
+  for name in "${names[@]}"; do
+    name=${name//[[:space:]]/} name=${name,,}
+    [[ -n $name ]] || continue
+    [[ $name =~ ^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$ && ! $name =~ ^[0-9.]+$ ]] ||
+      fatal "JUPYTER_ALLOWED_HOSTS: '$name' is not a host name; list the names the platform serves JupyterLab under, without a port or scheme (Jupyter admits addresses only on loopback)"
+    listed+=("$name")
+  done
+  local IFS=,
+  echo "${listed[*]}"
+}
+
 use_the_platforms_authentication() {
   [[ -z ${JUPYTER_TOKEN:-}${JUPYTER_PASSWORD_HASH:-} ]] ||
     fatal "JUPYTER_AUTH=platform turns Jupyter's own login off, but JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH is set too; unset them, or unset JUPYTER_AUTH"
+  JUPYTER_ALLOWED_HOSTS=$(read_jupyter_allowed_hosts) || exit
   log_warn "JUPYTER_AUTH=platform: JupyterLab runs WITHOUT its own token or password; only the platform in" \
            "front of it (Kubeflow's Istio and auth proxy, an authenticating reverse proxy) keeps others out." \
-           "Never publish port $JUPYTER_CONTAINER_PORT where anyone can reach it directly."
+           "It answers only requests for localhost${JUPYTER_ALLOWED_HOSTS:+,$JUPYTER_ALLOWED_HOSTS} and loopback addresses" \
+           "(JUPYTER_ALLOWED_HOSTS: the platform's host names). Never publish port $JUPYTER_CONTAINER_PORT where anyone can reach it directly."
+  export JUPYTER_ALLOWED_HOSTS
   log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}${JUPYTER_BASE_URL} (authenticated by the platform)"
   # jupyter_server_config.py leaves the token empty only with this mark of the checks above.
   export JUPYTER_PLATFORM_AUTH_CHECKED=1
