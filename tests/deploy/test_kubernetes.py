@@ -1,7 +1,8 @@
-"""deploy/kubernetes: the PyTorchJob (Kubeflow training-operator v1), the TrainJob (Kubeflow Trainer v2) and
-the checkpoint claim. No cluster runs here: core objects and every pod template are validated against the
-Kubernetes schemas (kubernetes-validate), the custom resources against the rules of the operators' own
-validation, and the commands in them must be, word for word, the command compose.multinode.yaml runs.
+"""deploy/kubernetes: the PyTorchJob (Kubeflow training-operator v1), the TrainJob (Kubeflow Trainer v2), the
+checkpoint claim and the NetworkPolicy of platform-auth pods. No cluster runs here: core objects and every pod
+template are validated against the Kubernetes schemas (kubernetes-validate), the custom resources against the
+rules of the operators' own validation, and the commands in them must be, word for word, the command
+compose.multinode.yaml runs. Every pod of every Kubernetes document under deploy/ meets the restricted profile.
 
     make test FLAVOR=cpu PYTEST_ARGS="tests/deploy/test_kubernetes.py"
 """
@@ -14,13 +15,19 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.support.pod_security import restricted_violations
-from tests.support.runtime_rules import KUBERNETES_TMPFS
+from tests.support.pod_security import (KINDS_WITH_PODS, KINDS_WITHOUT_PODS, kubernetes_documents, pod_labels,
+                                        pod_specs, restricted_violations, trainjob_node_pod)
+from tests.support.runtime_rules import KUBERNETES_POD_USER, KUBERNETES_TMPFS
 from tests.support import REPO_ROOT
 from tests.support.compose import compose_config
 from tests.support.multinode_compose import COMPOSE_FILE
 
 MANIFESTS = REPO_ROOT / "deploy" / "kubernetes"
+DOCUMENTS = kubernetes_documents(REPO_ROOT / "deploy")
+# Every pod under deploy/, by file and name; a document of a kind the walk does not know fails its own test.
+PODS = {f"{path.relative_to(REPO_ROOT)}: {name}": pod for path, document in DOCUMENTS
+        if document["kind"] in KINDS_WITH_PODS for name, pod in pod_specs(document).items()}
+CORE_API_VERSIONS = {"v1", "apps/v1", "batch/v1", "networking.k8s.io/v1"}
 KUBERNETES_VERSION = "1.30.0"  # the oldest release a current training-operator or Trainer supports
 
 
@@ -97,22 +104,104 @@ def test_the_pytorchjob_pods_are_valid_and_have_gpus_shared_memory_and_the_check
         assert "command" not in container, "command would replace the image's entrypoint; use args"
 
 
-def test_the_pytorchjob_pods_meet_the_restricted_pod_security_standard(pytorchjob):
-    for spec in pytorchjob["spec"]["pytorchReplicaSpecs"].values():
-        pod = spec["template"]["spec"]
-        assert restricted_violations(pod) == []
-        assert pod["securityContext"]["fsGroup"], "the checkpoint volume must be the pod's group's"
+# ---- every Kubernetes document under deploy/ ----
+
+def test_the_walk_finds_every_manifest_and_the_pods_they_make():
+    assert {path.name for path, _ in DOCUMENTS} >= {path.name for path in MANIFESTS.glob("*.yaml")}
+    assert {name.split(": ")[1].split()[0] for name in PODS} >= {"Notebook", "PyTorchJob", "TrainJob"}
 
 
-def test_the_pytorchjob_pods_have_a_read_only_root_with_the_folders_the_runtime_tests_give(pytorchjob):
+@pytest.mark.parametrize("path, document", DOCUMENTS, ids=[f"{p.name}:{d['kind']}" for p, d in DOCUMENTS])
+def test_every_kubernetes_document_under_deploy_is_of_a_kind_the_walk_knows(path, document):
+    assert document["kind"] in KINDS_WITH_PODS | KINDS_WITHOUT_PODS, (
+        f"{path}: add {document['kind']} to tests/support/pod_security.py (pod_specs, or KINDS_WITHOUT_PODS)")
+
+
+@pytest.mark.parametrize("path, document", [(p, d) for p, d in DOCUMENTS if d["apiVersion"] in CORE_API_VERSIONS],
+                         ids=lambda value: getattr(value, "name", None) or value.get("kind"))
+def test_every_core_object_under_deploy_is_valid(path, document):
+    validate_core(document)
+
+
+@pytest.mark.parametrize("name", PODS)
+def test_every_pod_under_deploy_is_valid_and_meets_the_restricted_pod_security_standard(name):
+    pod = PODS[name]
+    validate_pod_template({"spec": pod})
+    assert restricted_violations(pod) == []
+    assert pod["securityContext"]["fsGroup"], "the workspace or checkpoint volume must be the pod's group's"
+    # tests/runtimes/test_kubernetes_restricted.py runs the image as this uid:gid.
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == KUBERNETES_POD_USER
+
+
+@pytest.mark.parametrize("name", [name for name, pod in PODS.items()
+                                  if pod["containers"][0].get("securityContext", {}).get("readOnlyRootFilesystem")])
+def test_every_read_only_pod_has_the_folders_the_runtime_tests_give(name):
     """tests/runtimes starts the image with a tmpfs at each of KUBERNETES_TMPFS: the pods have those."""
-    for spec in pytorchjob["spec"]["pytorchReplicaSpecs"].values():
-        pod = spec["template"]["spec"]
-        (container,) = pod["containers"]
-        assert container["securityContext"]["readOnlyRootFilesystem"] is True
-        volumes = {volume["name"]: volume for volume in pod["volumes"]}
-        mounts = {mount["mountPath"]: volumes[mount["name"]] for mount in container["volumeMounts"]}
-        assert all("emptyDir" in mounts.get(path, {}) for path in KUBERNETES_TMPFS), sorted(mounts)
+    pod = PODS[name]
+    (container,) = pod["containers"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {mount["mountPath"]: volumes[mount["name"]] for mount in container["volumeMounts"]}
+    assert all("emptyDir" in mounts.get(path, {}) for path in KUBERNETES_TMPFS), sorted(mounts)
+
+
+def test_the_pytorchjob_and_trainjob_pods_have_a_read_only_root():
+    read_only = {name for name, pod in PODS.items()
+                 if pod["containers"][0]["securityContext"].get("readOnlyRootFilesystem")}
+    assert {name.split(": ")[1].split()[0] for name in read_only} == {"PyTorchJob", "TrainJob"}
+
+
+# ---- who may reach a pod that runs JupyterLab without a login of its own ----
+
+def runs_platform_auth(document: dict) -> bool:
+    return any({"name": "JUPYTER_AUTH", "value": "platform"} in container.get("env", [])
+               for pod in pod_specs(document).values() for container in pod["containers"])
+
+
+def selects(selector: dict, labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, "the check knows matchLabels only"
+    return selector["matchLabels"].items() <= labels.items()
+
+
+def check_admits_only_the_gateway_to_jupyter(policy: dict) -> None:
+    """Raises AssertionError unless POLICY refuses every ingress but the gateway's pods to port 8888."""
+    spec = policy["spec"]
+    assert "Ingress" in spec["policyTypes"], "without Ingress in policyTypes nothing is refused"
+    for rule in spec["ingress"]:
+        assert rule.get("ports") == [{"protocol": "TCP", "port": 8888}], rule
+        assert rule.get("from"), "a rule without `from` admits every pod and address"
+        for peer in rule["from"]:
+            # Both selectors in one peer: the gateway's pods in the gateway's namespace, not either one.
+            assert set(peer) == {"namespaceSelector", "podSelector"}, peer
+            assert peer["namespaceSelector"]["matchLabels"] and peer["podSelector"]["matchLabels"], peer
+
+
+def test_every_platform_auth_pod_is_reachable_only_from_the_gateway():
+    policies = [document for _, document in DOCUMENTS if document["kind"] == "NetworkPolicy"]
+    platform_auth = [document for _, document in DOCUMENTS
+                     if document["kind"] in KINDS_WITH_PODS and runs_platform_auth(document)]
+    assert platform_auth, "notebook.yaml runs JUPYTER_AUTH=platform: the walk must find it"
+    for document in platform_auth:
+        selecting = [policy for policy in policies if selects(policy["spec"]["podSelector"], pod_labels(document))]
+        assert selecting, f"{document['kind']} {document['metadata']['name']}: no NetworkPolicy selects its pods"
+        for policy in selecting:
+            check_admits_only_the_gateway_to_jupyter(policy)
+
+
+POLICY_BREAKAGES = {
+    "no Ingress type": lambda spec: spec.update(policyTypes=["Egress"]),
+    "from anyone": lambda spec: spec["ingress"][0].pop("from"),
+    "any pod of the namespace": lambda spec: spec["ingress"][0]["from"][0].pop("podSelector"),
+    "every port": lambda spec: spec["ingress"][0].pop("ports"),
+    "an address block": lambda spec: spec["ingress"][0]["from"].append({"ipBlock": {"cidr": "0.0.0.0/0"}}),
+}
+
+
+@pytest.mark.parametrize("breakage", POLICY_BREAKAGES)
+def test_the_gateway_check_refuses_a_policy_that_admits_more(breakage):
+    policy = copy.deepcopy(load("networkpolicy-platform-auth.yaml"))
+    POLICY_BREAKAGES[breakage](policy["spec"])
+    with pytest.raises(AssertionError):
+        check_admits_only_the_gateway_to_jupyter(policy)
 
 
 # One pod that breaks each control, made from the PyTorchJob's: the checker must name each (a hostPath
@@ -183,17 +272,12 @@ def test_the_trainjob_names_the_torch_runtime_and_sizes_its_nodes(trainjob):
 
 
 def test_the_trainjob_node_pod_is_valid_with_shared_memory_and_the_checkpoint_claim(trainjob):
-    trainer = trainjob["spec"]["trainer"]
     (override,) = trainjob["spec"]["podTemplateOverrides"]
     assert override["targetJobs"] == [{"name": "node"}]  # the runtime's replicated job and container
-    (container_override,) = override["spec"]["containers"]
-    # The pod the runtime makes from it: its container "node" with our trainer fields and mounts.
-    container = {"name": container_override["name"], "image": trainer["image"], "command": trainer["command"],
-                 "args": trainer["args"], "env": trainer["env"], "resources": trainer["resourcesPerNode"],
-                 "volumeMounts": container_override["volumeMounts"]}
-    validate_pod_template({"spec": {"containers": [container], "volumes": override["spec"]["volumes"]}})
-    volumes = {volume["name"]: volume for volume in override["spec"]["volumes"]}
-    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    pod = trainjob_node_pod(trainjob)
+    validate_pod_template({"spec": pod})
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {mount["mountPath"]: mount["name"] for mount in pod["containers"][0]["volumeMounts"]}
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
     assert volumes[mounts["/workspace"]]["persistentVolumeClaim"]["claimName"] == \
         load("checkpoints-pvc.yaml")["metadata"]["name"]

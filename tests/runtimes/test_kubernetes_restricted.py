@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.runtime_rules import (FS_GROUP, OPENSHIFT_UID, SERVICE_OPTIONS, TRAIN, check_services_run_as,
-                                          checkpoints, fs_group_volume, kubernetes_restricted_flags, owners)
+from tests.support.runtime_rules import (FS_GROUP, KUBERNETES_POD_USER, OPENSHIFT_UID, SERVICE_OPTIONS, TRAIN,
+                                          check_services_run_as, checkpoints, fs_group_volume,
+                                          kubernetes_restricted_flags, owners)
 from tests.support.containers import docker, run_container_to_completion
 
 # The uid:gid each platform runs the pod as: the image's user, or OpenShift's arbitrary uid in group 0.
-PLATFORMS = {"kubernetes": (1000, 1000), "openshift": (OPENSHIFT_UID, 0)}
+# (tests/deploy/test_kubernetes.py checks that every pod under deploy/ runs as KUBERNETES_POD_USER.)
+PLATFORMS = {"kubernetes": KUBERNETES_POD_USER, "openshift": (OPENSHIFT_UID, 0)}
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

@@ -5,6 +5,11 @@ runs the same controls), so each control is written down below.
 """
 from __future__ import annotations
 
+import copy
+import pathlib
+
+import yaml
+
 # Restricted, "Volume Types": only these volume sources.
 ALLOWED_VOLUME_SOURCES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
                           "projected", "secret"}
@@ -68,3 +73,64 @@ def restricted_violations(pod: dict) -> list[str]:
         if not set(capabilities.get("add", [])) <= ADDABLE_CAPABILITIES:
             found.append(f"{name} adds capabilities restricted forbids: {capabilities['add']}")
     return found
+
+
+# ---- every pod a document of deploy/ makes -----------------------------------------------------------
+# Where each kind keeps the pod specs it makes; a kind that makes none is listed with no path. A document of
+# another kind fails the walk, so a new manifest is checked the day it is added, not when someone remembers.
+WORKLOAD_TEMPLATE = ("spec", "template", "spec")
+KINDS_WITHOUT_PODS = {"PersistentVolumeClaim", "NetworkPolicy", "PodMonitor", "Service", "ConfigMap", "Secret"}
+KINDS_WITH_PODS = {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Notebook",
+                   "PyTorchJob", "TrainJob"}
+
+
+def kubernetes_documents(folder: pathlib.Path) -> list[tuple[pathlib.Path, dict]]:
+    """Every YAML document under FOLDER that is a Kubernetes object (a string apiVersion and a kind), with
+    its file; compose files, Prometheus and Grafana provisioning (apiVersion 1) are not."""
+    found = []
+    for path in sorted([*folder.rglob("*.yaml"), *folder.rglob("*.yml")]):
+        for document in yaml.safe_load_all(path.read_text()):
+            if isinstance(document, dict) and isinstance(document.get("apiVersion"), str) and "kind" in document:
+                found.append((path, document))
+    return found
+
+
+def trainjob_node_pod(trainjob: dict) -> dict:
+    """The pod Kubeflow Trainer makes for the TrainJob's nodes, as far as the TrainJob decides it: the
+    overrides of the job "node" (pod fields, the container's security context and mounts) and the trainer's
+    image, command, args, env and resources. The rest is the ClusterTrainingRuntime's."""
+    trainer = trainjob["spec"]["trainer"]
+    (override,) = [entry for entry in trainjob["spec"].get("podTemplateOverrides", [])
+                   if {"name": "node"} in entry["targetJobs"]] or [{"spec": {}}]
+    spec = copy.deepcopy(override["spec"])
+    (container,) = [entry for entry in spec.pop("containers", []) if entry["name"] == "node"] or [{"name": "node"}]
+    container.update(image=trainer["image"], command=trainer["command"], args=trainer["args"], env=trainer["env"],
+                     resources=trainer["resourcesPerNode"])
+    return {**spec, "containers": [container]}
+
+
+def pod_labels(document: dict) -> dict[str, str]:
+    """The labels DOCUMENT's pods carry (the notebook controller gives a Notebook's own labels to its pod)."""
+    if document["kind"] == "Notebook":
+        return document["metadata"].get("labels", {})
+    return document["spec"].get("template", {}).get("metadata", {}).get("labels", {})
+
+
+def pod_specs(document: dict) -> dict[str, dict]:
+    """Every pod spec DOCUMENT makes, by a name that says which; ValueError for a kind not known here."""
+    kind, name = document["kind"], document["metadata"]["name"]
+    if kind in KINDS_WITHOUT_PODS:
+        return {}
+    if kind in {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Notebook"}:
+        return {f"{kind} {name}": document["spec"]["template"]["spec"]}
+    if kind == "Pod":
+        return {f"Pod {name}": document["spec"]}
+    if kind == "CronJob":
+        return {f"CronJob {name}": document["spec"]["jobTemplate"]["spec"]["template"]["spec"]}
+    if kind == "PyTorchJob":
+        return {f"PyTorchJob {name} {replica}": spec["template"]["spec"]
+                for replica, spec in document["spec"]["pytorchReplicaSpecs"].items()}
+    if kind == "TrainJob":
+        return {f"TrainJob {name} node": trainjob_node_pod(document)}
+    raise ValueError(f"{kind} {name}: tests/support/pod_security.py does not know where a {kind} keeps its pods;"
+                     " add it to pod_specs (or to KINDS_WITHOUT_PODS)")

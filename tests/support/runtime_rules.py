@@ -75,6 +75,7 @@ def apptainer_run_flags(home: Home) -> list[str]:
 # Kubernetes' restricted Pod Security Standard as the pods in deploy/kubernetes ask for it: an emptyDir
 # at each tmpfs below (the manifests name the same paths), the checkpoint volume at /workspace.
 KUBERNETES_TMPFS = ["/tmp", "/run/container", "/home/dev"]
+KUBERNETES_POD_USER = (1000, 1000)  # runAsUser and runAsGroup of every pod in deploy/kubernetes
 
 
 def kubernetes_restricted_flags(uid: int, gid: int, workspace: pathlib.Path) -> list[str]:

@@ -131,6 +131,7 @@ def test_notebook_yaml_gives_the_image_its_port_platform_auth_gpu_shm_and_worksp
     container = pod["containers"][0]
     assert container["ports"][0]["containerPort"] == 8888  # where the controller's Service sends traffic
     assert {"name": "JUPYTER_AUTH", "value": "platform"} in container["env"]
+    assert any(variable["name"] == "JUPYTER_ALLOWED_HOSTS" for variable in container["env"])
     assert container["resources"]["limits"]["nvidia.com/gpu"] >= 1
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
