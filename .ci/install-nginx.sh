@@ -11,6 +11,9 @@ if [[ -x /usr/sbin/nginx ]]; then
   log "nginx is already installed"
   exit 0
 fi
-log "installing nginx"
-bash "$(dirname "$0")/apt-install-without-services.sh" nginx-light
+# Debian's smallest flavor; Ubuntu 24.04 has only the one package.
+package=nginx-light
+if grep -qx 'ID=ubuntu' /etc/os-release; then package=nginx; fi
+log "installing $package"
+bash "$(dirname "$0")/apt-install-without-services.sh" "$package"
 log "ready: $(/usr/sbin/nginx -v 2>&1)"

@@ -54,12 +54,14 @@ make_tun_usable() {
 }
 
 install_podman_compose() {
-  local venv
-  venv=$(getent passwd "$PODMAN_USER" | cut -d: -f6)/$PODMAN_COMPOSE_VENV
+  local home venv
+  home=$(getent passwd "$PODMAN_USER" | cut -d: -f6)
+  venv=$home/$PODMAN_COMPOSE_VENV
   [[ $("$venv/bin/podman-compose" --version 2>/dev/null | head -n 1) == *"$PODMAN_COMPOSE_VERSION"* ]] && return 0
   log "installing podman-compose $PODMAN_COMPOSE_VERSION for $PODMAN_USER"
-  runuser -u "$PODMAN_USER" -- python3 -m venv "$venv"
-  runuser -u "$PODMAN_USER" -- "$venv/bin/pip" install --quiet "podman-compose==$PODMAN_COMPOSE_VERSION"
+  # From the user's home: a checkout in a private folder (a clone in mktemp -d) is out of its reach.
+  (cd "$home" && runuser -u "$PODMAN_USER" -- python3 -m venv "$venv" &&
+    runuser -u "$PODMAN_USER" -- "$venv/bin/pip" install --quiet "podman-compose==$PODMAN_COMPOSE_VERSION")
 }
 
 install_packages

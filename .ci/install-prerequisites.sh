@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Everything the suites need beyond the checkout, on this CI's bare Debian machine and on GitHub's Ubuntu
+# runner: .ci/run and .github/workflows/image.yml both call this script and install nothing else
+# themselves (tests/unit/test_ci_prerequisites.py fails when one installs what the other does not),
+# because under CI=true a missing tool fails its tests instead of skipping them.
+# Run as root (sudo on the runner). Each installer is idempotent, so this is too.
+set -euo pipefail
+HERE=$(dirname "$0")
+readonly HERE
+
+log() { printf '[install-prerequisites] %s\n' "$*" >&2; }
+
+# shellcheck source=/dev/null
+source /etc/os-release
+if [[ $ID == ubuntu ]]; then
+  # GitHub's runner has a current Docker engine with buildx and compose, reaches registries for the
+  # base images, and has Chromium in its image: its own are used. Ubuntu 24.04 confines unprivileged user
+  # namespaces with AppArmor, which rootless Podman needs; the runner is thrown away after the job.
+  command -v chromium >/dev/null || { log "no chromium on this runner: install it before this script"; exit 1; }
+  restriction=/proc/sys/kernel/apparmor_restrict_unprivileged_userns
+  if [[ -e $restriction && $(cat "$restriction") == 1 ]]; then
+    sysctl -q -w kernel.apparmor_restrict_unprivileged_userns=0
+  fi
+else
+  # This CI's Debian: Docker Engine 26 from the next Debian release, the plugins, Chromium, the offline base.
+  bash "$HERE/prepare-machine.sh"
+fi
+bash "$HERE/install-registry.sh"
+bash "$HERE/install-slurm.sh"
+bash "$HERE/install-nginx.sh"
+# Rootless Podman and its unprivileged user, for tests/runtimes/test_rootless_podman.py.
+bash "$HERE/install-podman.sh"
+log "ready"
