@@ -25,11 +25,20 @@ def suite_times(paths: list[str]) -> dict[str, tuple[int, float]]:
     return {name: (int(count), seconds) for name, (count, seconds) in sorted(totals.items())}
 
 
+def pass_wall_times(paths: list[str]) -> dict[str, float]:
+    """Pass name -> its wall time: pytest's testsuite time, collection and every worker included."""
+    return {path.rsplit("/", 1)[-1].removesuffix(".xml"):
+            sum(float(suite.get("time", 0)) for suite in ElementTree.parse(path).iter("testsuite"))
+            for path in paths}
+
+
 def main(paths: list[str]) -> None:
     print("| pass | suite | tests | test time (s) |\n|---|---|---|---|")
     for name, (count, seconds) in suite_times(paths).items():
         run, suite = name.split(" ", 1)
         print(f"| {run} | {suite} | {count} | {seconds:.0f} |")
+    for run, seconds in pass_wall_times(paths).items():
+        print(f"\npass {run}: {seconds:.0f} s of wall time")
 
 
 if __name__ == "__main__":
