@@ -43,12 +43,16 @@ ifeq ($(filter $(FLAVOR),gpu cpu),)
 $(error FLAVOR=$(FLAVOR) is not a flavor; use FLAVOR=gpu or FLAVOR=cpu)
 endif
 
+# Both flavors' torch: the CPU pin, and the one NGC's release notes name for the default NGC_TAG.
+NGC_TORCH_VERSION := $(call dockerfile_default,NGC_TORCH_VERSION)
+TORCH_OF_FLAVORS = torch: CPU flavor $(TORCH_VERSION), GPU flavor $(NGC_TORCH_VERSION) (NGC $(call dockerfile_default,NGC_TAG))$(if $(filter-out $(NGC_TORCH_VERSION),$(TORCH_VERSION)), -- they differ: CI (CPU) and GPU runs use different torch)
+
 .PHONY: help
 help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS HUB_IMAGE"
 	@echo "Versions (Dockerfile defaults): NGC_TAG=$(NGC_TAG) TORCH_VERSION=$(TORCH_VERSION) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE)"
-	@echo "torch: CPU flavor $(TORCH_VERSION), GPU flavor $(call dockerfile_default,NGC_TORCH_VERSION) (NGC $(call dockerfile_default,NGC_TAG)'s)$(if $(filter-out $(call dockerfile_default,NGC_TORCH_VERSION),$(TORCH_VERSION)), -- they differ: CI (CPU) and GPU runs use different torch)"
+	@echo "$(TORCH_OF_FLAVORS)"
 
 BUILD_ARGS = --build-arg FLAVOR=$(FLAVOR) \
   --build-arg NGC_TAG=$(NGC_TAG) \
@@ -264,6 +268,11 @@ verify: ## Verify IMAGE=REF[:tag][@digest]: signature, SBOM and provenance attes
 .PHONY: scan
 scan: ## Gate on vulnerabilities: Python packages (OSV) and, CPU flavor, Debian security updates (SCAN_SEVERITY SCAN_ALLOWLIST)
 	@python3 tools/release/scan.py $(IMAGE_REF) $(RELEASE_DIR)
+
+.PHONY: release-notes
+release-notes: ## Print the release notes: both flavors' torch, then every reference pushed and signed
+	@echo "$(TORCH_OF_FLAVORS)"
+	@cat $(RELEASE_DIR)/pushed-*.txt 2>/dev/null || echo "(nothing pushed from here yet: make push)"
 
 .PHONY: ngc-proposal
 ngc-proposal: ## Point the Dockerfile at the newest NGC release (NGC_TAG, its torch); the PR text goes to .build/
