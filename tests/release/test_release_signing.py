@@ -25,7 +25,7 @@ from tests.support.containers import docker
 from tests.support.host_tools import skip_where_missing
 from tests.support.release import environment_without_make, local_registry, make, registry_api, split_image_ref
 
-PUSH_TIMEOUT_S = 900
+PUSH_TIMEOUT_S = 1800  # a first push of the whole image; minutes on a loaded machine
 PASSWORD = "release-test-password"
 TAG_ANNOTATION = "dev.pytorch-dev.tag"
 MANIFEST_TYPES = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"

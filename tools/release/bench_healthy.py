@@ -6,7 +6,7 @@ image's own HEALTHCHECK (a 1 s start interval) and with the same check probing e
     python3 tools/release/bench_healthy.py IMAGE [ROUNDS]
 
 Both ways alternate, ROUNDS each, so background load hits them alike; the health state is polled every
-0.1 s. The containers run with SSH and JupyterLab, as compose starts them.
+0.1 s. The containers run with SSH and JupyterLab, as compose starts them (with tests' 1 GB of shm).
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ def main(argv: list[str]) -> int:
     for _ in range(rounds):
         for way, options in WAYS.items():
             times[way].append(seconds_to_healthy(argv[1], options))
+            print(f"{way}: healthy after {times[way][-1]:.1f} s", flush=True)
     for way, values in times.items():
         print(f"{way}: median {statistics.median(values):.1f} s, runs {', '.join(f'{v:.1f}' for v in values)}")
     print("load average: " + " ".join(f"{load:.2f}" for load in os.getloadavg()))
