@@ -15,7 +15,7 @@ from tags import ReleaseError
 
 PINNED_MAJOR = "2"
 COSIGN_TIMEOUT_S = 300
-# The address of `docker` references' tag annotation: each signature names the tag it was made for.
+# The annotation every signature carries: the tag it was pushed under (verify.py checks the tag asked for).
 TAG_ANNOTATION = "dev.pytorch-dev.tag"
 
 
