@@ -10,7 +10,11 @@ ARG FLAVOR=gpu
 # ---- Versions: the one place their defaults are set. The Makefile reads them from these lines;
 # `make build NGC_TAG=...`, compose (.env) and `docker build --build-arg` override them.
 ARG NGC_IMAGE=nvcr.io/nvidia/pytorch
-ARG NGC_TAG=25.08-py3
+# The newest NGC release whose notes are public (docs/building.md, "The default NGC release").
+ARG NGC_TAG=25.12-py3
+# The torch that NGC_TAG's release notes name; not a build input (NGC installs it), only what `make help`
+# and the release notes print beside the CPU flavor's TORCH_VERSION, so a team sees when they differ.
+ARG NGC_TORCH_VERSION=2.10.0a0+b4e4ee81d3
 ARG CPU_BASE_IMAGE=debian:bookworm-slim
 ARG TORCH_VERSION=2.13.0
 # A release build pins its base by digest (sha256:...); empty means "whatever the tag points at now".
@@ -130,9 +134,11 @@ COPY scripts/ /opt/scripts/
 
 WORKDIR /workspace
 EXPOSE ${JUPYTER_CONTAINER_PORT} ${SSH_CONTAINER_PORT}
-# Every 5 s, so `docker compose up --wait` returns seconds after sshd and JupyterLab answer. (A start
-# interval would be neater but needs Docker Engine 25; the probe is silent, so 5 s costs nothing.)
-HEALTHCHECK --interval=5s --timeout=5s --start-period=60s --retries=3 CMD ["/usr/local/bin/healthcheck"]
+# Every second during the start period, so a container is healthy about a second after sshd and
+# JupyterLab answer; every 5 s after that. Docker Engine 25+ honours --start-interval; older engines
+# ignore it and probe every 5 s from the start. The probe logs nothing, so the fast start costs nothing.
+HEALTHCHECK --interval=5s --timeout=5s --start-period=60s --start-interval=1s --retries=3 \
+    CMD ["/usr/local/bin/healthcheck"]
 # tini reaps zombies and, with -g, forwards SIGTERM to every process of the group (sshd, jupyter).
 ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/usr/local/bin/entrypoint.sh"]
 # The services; further arguments go to JupyterLab. JupyterHub's DockerSpawner builds its command from

@@ -43,11 +43,16 @@ ifeq ($(filter $(FLAVOR),gpu cpu),)
 $(error FLAVOR=$(FLAVOR) is not a flavor; use FLAVOR=gpu or FLAVOR=cpu)
 endif
 
+# Both flavors' torch: the CPU pin, and the one NGC's release notes name for the default NGC_TAG.
+NGC_TORCH_VERSION := $(call dockerfile_default,NGC_TORCH_VERSION)
+TORCH_OF_FLAVORS = torch: CPU flavor $(TORCH_VERSION), GPU flavor $(NGC_TORCH_VERSION) (NGC $(call dockerfile_default,NGC_TAG))$(if $(filter-out $(NGC_TORCH_VERSION),$(TORCH_VERSION)), -- they differ: CI (CPU) and GPU runs use different torch)
+
 .PHONY: help
 help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS HUB_IMAGE"
 	@echo "Versions (Dockerfile defaults): NGC_TAG=$(NGC_TAG) TORCH_VERSION=$(TORCH_VERSION) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE)"
+	@echo "$(TORCH_OF_FLAVORS)"
 
 BUILD_ARGS = --build-arg FLAVOR=$(FLAVOR) \
   --build-arg NGC_TAG=$(NGC_TAG) \
@@ -66,6 +71,8 @@ SOURCE_DIRTY = $$(git status --porcelain -- Dockerfile entrypoint.sh docker scri
 build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debian + CPU torch); RELEASE=1 pins the base
 	@if [[ -n "$(RELEASE)" && -z "$(PINNED_BASE_DIGEST)" ]]; then \
 	  echo "RELEASE=1 pins the base by digest, but $(BASE_REF) has none here: docker pull $(BASE_REF), or set BASE_DIGEST=sha256:..." >&2; exit 2; fi
+	@docker image inspect $(BASE_REF) >/dev/null 2>&1 || docker pull --quiet $(BASE_REF) >/dev/null 2>&1 || { \
+	  echo "the base $(BASE_REF) cannot be pulled: check the tag exists$(if $(filter gpu,$(FLAVOR)), (NGC_TAG=$(NGC_TAG); NGC's release notes list them) and docker login nvcr.io where your org needs it, or pass NGC_TAG=YY.MM-py3)" >&2; exit 2; }
 	docker build --file Dockerfile --tag $(IMAGE_REF) $(BUILD_ARGS) \
 	  --build-arg SOURCE_URL="$$(git config --get remote.origin.url || true)" \
 	  --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || true)" \
@@ -73,6 +80,7 @@ build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debi
 	  --build-arg SOURCE_DIRTY="$(SOURCE_DIRTY)" \
 	  .
 	@echo "built $(IMAGE_REF)"
+	@python3 tools/release/provenance.py $(IMAGE_REF) $(BASE_REF) $(RELEASE_DIR) $(PROVENANCE_BUILD_ARGS) >/dev/null
 	@$(MAKE) --no-print-directory sbom
 
 .PHONY: lock
@@ -231,11 +239,45 @@ tags: ## Print the release tags of the built $(IMAGE):$(TAG), one a line
 
 .PHONY: push
 push: ## Push $(IMAGE):$(TAG) under every release tag to REGISTRY=host[:port][/namespace]
-	@python3 tools/release/push.py "$(REGISTRY)" $(IMAGE_REF)
+	@python3 tools/release/push.py "$(REGISTRY)" $(IMAGE_REF) $(RELEASE_DIR)
 
 .PHONY: sbom
 sbom: ## Write the CycloneDX SBOM (OS + Python packages) of $(IMAGE):$(TAG) into .build/
 	@python3 tools/release/sbom.py $(IMAGE_REF) $(RELEASE_DIR)
+
+# The build arguments the provenance records (tools/release/provenance.py), as the build got them.
+PROVENANCE_BUILD_ARGS = FLAVOR=$(FLAVOR) NGC_TAG=$(NGC_TAG) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE) \
+  BASE_DIGEST=$(PINNED_BASE_DIGEST) TORCH_VERSION=$(TORCH_VERSION) PIP_INDEX_URL=$(PIP_INDEX_URL)
+# Signing: a cosign 2.x key pair (COSIGN_PASSWORD holds the key's password); empty COSIGN_KEY signs
+# keyless where an OIDC identity token exists (GitHub Actions). COSIGN_TLOG=0 skips the public Rekor log.
+COSIGN_KEY ?=
+COSIGN_PUB ?=
+
+.PHONY: zstd
+zstd: ## Publish <tag>-zstd of every pushed tag: our layers zstd (OCI), the base's byte-identical
+	@python3 tools/release/zstd_variant.py $(IMAGE_REF) $(BASE_REF) $(RELEASE_DIR)
+
+.PHONY: sign
+sign: ## Sign every reference `make push` (and `make zstd`) published, by digest, with SBOM + provenance (COSIGN_KEY=FILE)
+	@python3 tools/release/sign.py $(IMAGE_REF) $(RELEASE_DIR) "$(COSIGN_KEY)"
+
+.PHONY: verify
+verify: ## Verify IMAGE=REF[:tag][@digest]: signature, SBOM and provenance attestations (COSIGN_PUB=FILE)
+	@python3 tools/release/verify.py "$(IMAGE)" "$(COSIGN_PUB)"
+
+.PHONY: scan
+scan: ## Gate on vulnerabilities: Python packages (OSV) and, CPU flavor, Debian security updates (SCAN_SEVERITY SCAN_ALLOWLIST)
+	@python3 tools/release/scan.py $(IMAGE_REF) $(RELEASE_DIR)
+
+.PHONY: release-notes
+release-notes: ## Print the release notes: both flavors' torch, then every reference pushed and signed
+	@echo "$(TORCH_OF_FLAVORS)"
+	@cat $(RELEASE_DIR)/pushed-*.txt 2>/dev/null || echo "(nothing pushed from here yet: make push)"
+
+.PHONY: ngc-proposal
+ngc-proposal: ## Point the Dockerfile at the newest NGC release (NGC_TAG, its torch); the PR text goes to .build/
+	@mkdir -p $(RELEASE_DIR)
+	@python3 tools/release/propose_ngc.py Dockerfile $(RELEASE_DIR)/ngc-proposal.md
 
 .PHONY: bench-build
 bench-build: ## Time a cold build and a trainer-edit rebuild, size our layers (BENCH_ARGS=--prune-build-cache)

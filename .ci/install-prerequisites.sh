@@ -17,6 +17,8 @@ if [[ $ID == ubuntu ]]; then
   # base images, and has Chromium in its image: its own are used. Ubuntu 24.04 confines unprivileged user
   # namespaces with AppArmor, which rootless Podman needs; the runner is thrown away after the job.
   command -v chromium >/dev/null || { log "no chromium on this runner: install it before this script"; exit 1; }
+  # cosign 2.x comes from sigstore/cosign-installer in the workflow (Ubuntu has no package of it).
+  command -v cosign >/dev/null || { log "no cosign on this runner: install cosign 2.x before this script"; exit 1; }
   restriction=/proc/sys/kernel/apparmor_restrict_unprivileged_userns
   if [[ -e $restriction && $(cat "$restriction") == 1 ]]; then
     sysctl -q -w kernel.apparmor_restrict_unprivileged_userns=0
@@ -24,6 +26,8 @@ if [[ $ID == ubuntu ]]; then
 else
   # This CI's Debian: Docker Engine 26 from the next Debian release, the plugins, Chromium, the offline base.
   bash "$HERE/prepare-machine.sh"
+  # cosign 2.x, for the signing and verification tests (tests/release/test_release_signing.py).
+  bash "$HERE/install-cosign.sh"
 fi
 bash "$HERE/install-registry.sh"
 bash "$HERE/install-slurm.sh"

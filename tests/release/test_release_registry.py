@@ -12,60 +12,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.containers import docker, free_port
-from tests.support.host_tools import skip_where_missing
-from tests.support.release import REPO_ROOT, build_variables, make, split_image_ref
-from tests.support.waiting import wait_until
+from tests.support.containers import docker
+from tests.support.release import REPO_ROOT, build_variables, local_registry, make, registry_api, split_image_ref
 
-REGISTRY_BINARY = "/usr/bin/docker-registry"
 SUITE_ON_PULLED_IMAGE = ["tests/image/test_image.py", "tests/image/test_torchrun.py"]
 PUSH_TIMEOUT_S = 900
 SUITE_TIMEOUT_S = 600
 
 
-def registry_api(address: str, path: str) -> dict:
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as response:
-        return json.loads(response.read() or b"{}")
-
-
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private docker-registry on a free 127.0.0.1 port (dockerd trusts 127.0.0.0/8 over plain HTTP)."""
-    if not os.access(REGISTRY_BINARY, os.X_OK):
-        message = f"{REGISTRY_BINARY} is missing: install it with `make ci-registry` (.ci/install-registry.sh)"
-        skip_where_missing(message)
-    root = tmp_path_factory.mktemp("registry")
-    address = f"127.0.0.1:{free_port()}"
-    config = root / "config.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
-                      f"http:\n  addr: {address}\n")
-    log = (root / "registry.log").open("w")
-    process = subprocess.Popen([REGISTRY_BINARY, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        def answers() -> bool:
-            try:
-                registry_api(address, "/v2/")
-                return True
-            except OSError:
-                if process.poll() is not None:
-                    pytest.fail(f"docker-registry exited: {(root / 'registry.log').read_text()}")
-                return False
-        wait_until(answers, 30, interval=0.2,
-                   failure=lambda: f"docker-registry did not answer on {address}: {(root / 'registry.log').read_text()}")
+    with local_registry(tmp_path_factory.mktemp("registry")) as address:
         yield address
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
-        shutil.rmtree(root / "data", ignore_errors=True)
 
 
 def image_id(reference: str) -> str:

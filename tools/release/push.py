@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Push a built image under every release tag to a registry; print each reference it pushed.
 
-    python3 tools/release/push.py REGISTRY IMAGE      # or: make push REGISTRY=host:port FLAVOR=cpu
+    python3 tools/release/push.py REGISTRY IMAGE RELEASE_DIR    # or: make push REGISTRY=host:port FLAVOR=cpu
 
 REGISTRY is a host[:port] with an optional namespace (127.0.0.1:5000, ghcr.io/my-team). Each tag of
 `tags.py` becomes REGISTRY/<image name>:<tag>; the output is one `reference@digest` a line, so a CI log
-records exactly what was published. Log in first (`docker login HOST`) where the registry asks for it.
+records exactly what was published. The same lines go to RELEASE_DIR/pushed-<immutable tag>.txt, the
+list `make zstd` and `make sign` work on. Log in first (`docker login HOST`) where the registry asks for it.
 """
 from __future__ import annotations
 
+import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -36,7 +39,17 @@ def _docker(*args: str, timeout: float = 120) -> str:
     return result.stdout
 
 
-def push(registry: str, image: str) -> list[str]:
+def record_pushed(release_dir: pathlib.Path, immutable_tag: str, lines: list[str]) -> pathlib.Path:
+    """Writes what was pushed, whole or not at all (renamed into place), for `make zstd` and `make sign`."""
+    release_dir.mkdir(parents=True, exist_ok=True)
+    path = release_dir / f"pushed-{immutable_tag}.txt"
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text("".join(f"{line}\n" for line in lines))
+    os.replace(partial, path)
+    return path
+
+
+def push(registry: str, image: str, release_dir: str) -> list[str]:
     """Tags IMAGE as REGISTRY/<name>:<tag> for every release tag, pushes each; returns ref@digest lines."""
     registry = registry.strip().rstrip("/")
     if not registry:
@@ -46,18 +59,20 @@ def push(registry: str, image: str) -> list[str]:
         raise ReleaseError(f"REGISTRY={registry} has a scheme: give host[:port][/namespace] without http(s)://")
     repository = f"{registry}/{_repository_name(image)}"
     pushed = []
-    for tag in compute_tags(read_labels(image)):
+    tags = compute_tags(read_labels(image))
+    for tag in tags:
         reference = f"{repository}:{tag}"
         _docker("tag", image, reference)
         output = _docker("push", reference, timeout=PUSH_TIMEOUT_S)
         digest = DIGEST_LINE.search(output)
         pushed.append(f"{reference}@{digest.group(1)}" if digest else reference)
         print(pushed[-1], flush=True)
+    record_pushed(pathlib.Path(release_dir), tags[0], pushed)
     return pushed
 
 
 def main(argv: list[str]) -> int:
-    return run_command(argv, "push.py REGISTRY IMAGE   (REGISTRY: host[:port][/namespace])", push)
+    return run_command(argv, "push.py REGISTRY IMAGE RELEASE_DIR   (REGISTRY: host[:port][/namespace])", push)
 
 
 if __name__ == "__main__":

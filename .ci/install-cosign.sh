@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs cosign 2.x (/usr/local/bin/cosign) for `make sign`, `make verify` and the release tests
+# (tests/release/test_release_signing.py). This Debian release has no cosign; the next release's package
+# is one static binary that runs here, so it is unpacked with dpkg -x rather than installed.
+# Major 2 only: cosign 3 stores signatures as OCI referrers by default, which 2.x cannot find, so
+# signing and verifying must use the same major (docs/releases.md).
+# Idempotent, so a developer can run it again on a machine that already has it.
+set -euo pipefail
+
+readonly COSIGN=/usr/local/bin/cosign
+# Debian's build reports its version as "devel": the package version it came from is kept beside it.
+readonly COSIGN_VERSION_FILE=/usr/local/lib/cosign.version
+readonly REQUIRED_MAJOR=2
+readonly NEXT_DEBIAN_RELEASE=trixie
+
+log() { printf '[install-cosign] %s\n' "$*" >&2; }
+
+major_of() { sed -n 's/^\([0-9]*\)\..*/\1/p' <<<"$1"; }
+
+if [[ -x $COSIGN && -f $COSIGN_VERSION_FILE && $(major_of "$(cat "$COSIGN_VERSION_FILE")") == "$REQUIRED_MAJOR" ]]; then
+  log "cosign $REQUIRED_MAJOR is already installed"
+  exit 0
+fi
+
+log "installing cosign from Debian $NEXT_DEBIAN_RELEASE"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# The next release's package lists, on this machine's mirror, in a folder of their own: the system's
+# apt sources stay as they are.
+mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
+mkdir -p "$work/lists/partial" "$work/archives/partial"
+echo "deb $mirror $NEXT_DEBIAN_RELEASE main" >"$work/sources.list"
+apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o "Dir::Etc::SourceParts=-"
+          -o "Dir::State::Lists=$work/lists" -o "Dir::Cache::Archives=$work/archives")
+apt-get "${apt_opts[@]}" update -qq 2>/dev/null
+(cd "$work" && apt-get "${apt_opts[@]}" download cosign >/dev/null 2>&1)
+version=$(dpkg-deb --field "$work"/cosign_*.deb Version)
+if [[ $(major_of "$version") != "$REQUIRED_MAJOR" ]]; then
+  log "Debian $NEXT_DEBIAN_RELEASE's cosign is $version, not $REQUIRED_MAJOR.x: install cosign $REQUIRED_MAJOR.x by hand"
+  exit 1
+fi
+dpkg -x "$work"/cosign_*.deb "$work/root"
+"$work/root/usr/bin/cosign" version >/dev/null
+install -m 0755 "$work/root/usr/bin/cosign" "$COSIGN"
+mkdir -p "$(dirname "$COSIGN_VERSION_FILE")"
+echo "$version" >"$COSIGN_VERSION_FILE"
+log "ready: cosign $version"

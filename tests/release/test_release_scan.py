@@ -1,0 +1,163 @@
+"""The vulnerability gate, `make scan`, on the built image: every outcome, against stand-ins served on
+127.0.0.1 in the formats of the real sources (OSV's API; an apt repository for Debian's security suite),
+since no public vulnerability service is reachable here.
+
+    make test PYTEST_ARGS="tests/release/test_release_scan.py"
+
+The gate must never pass without having looked: an unreachable service, a service that leaves packages
+unanswered, or an expired allowlist entry each fail it.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import REPO_ROOT
+from tests.support.containers import free_port
+from tests.support.release import make
+from tests.support.vulnerability_data import OsvData, apt_repository, osv_service, write_flat_apt_repository
+
+TODAY = datetime.date.today()
+
+
+@pytest.fixture(scope="module")
+def sbom_packages(image: str, flavor: str) -> dict[str, str]:
+    """name -> version of the image's Python packages, from the SBOM `make sbom` writes for it."""
+    written = make("sbom", image, flavor)
+    assert written.returncode == 0, written.stderr
+    sbom = json.loads((REPO_ROOT / written.stdout.strip().splitlines()[-1]).read_text())
+    return {c["name"].lower(): c["version"] for c in sbom["components"] if c.get("purl", "").startswith("pkg:pypi/")}
+
+
+@pytest.fixture
+def osv() -> Iterator[tuple[OsvData, str]]:
+    data = OsvData()
+    with osv_service(data) as url:
+        yield data, url
+
+
+@pytest.fixture(scope="module")
+def security_suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[pathlib.Path, str]]:
+    """An apt repository in place of the security suite: empty unless a test lists an update in it."""
+    folder = tmp_path_factory.mktemp("security-suite")
+    write_flat_apt_repository(folder, {})
+    with apt_repository(folder) as url:
+        yield folder, f"deb [trusted=yes] {url}/ ./"
+
+
+def scan(image: str, flavor: str, osv_url: str, source: str, allowlist: pathlib.Path | None = None,
+         **environment: str) -> subprocess.CompletedProcess:
+    variables = {"OSV_URL": osv_url, "DEBIAN_SECURITY_SOURCE": source, **environment}
+    if allowlist:
+        variables["SCAN_ALLOWLIST"] = str(allowlist)
+    return make("scan", image, flavor, environment=variables, timeout=600)
+
+
+def allowlist(tmp_path: pathlib.Path, text: str) -> pathlib.Path:
+    path = tmp_path / "allowlist.toml"
+    path.write_text(text)
+    return path
+
+
+def verdict(result: subprocess.CompletedProcess) -> str:
+    return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+
+
+def test_a_clean_image_passes_and_says_how_many_packages_it_checked(image, flavor, sbom_packages, osv, security_suite):
+    result = scan(image, flavor, osv[1], security_suite[1])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert verdict(result).startswith("scan: passed:") and f"{len(sbom_packages)} Python packages" in verdict(result)
+
+
+def test_a_high_finding_in_an_installed_package_fails(image, flavor, sbom_packages, osv, security_suite):
+    data, url = osv
+    data.add("GHSA-test-high-0001", "jinja2", sbom_packages["jinja2"], "HIGH")
+    result = scan(image, flavor, url, security_suite[1])
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert any("GHSA-test-high-0001" in line and "FAIL" in line for line in result.stdout.splitlines()), result.stdout
+    assert verdict(result).startswith("scan: FAILED: 1 finding")
+
+
+def test_a_finding_without_severity_counts_and_one_below_the_threshold_does_not(image, flavor, sbom_packages, osv,
+                                                                                 security_suite):
+    data, url = osv
+    data.add("GHSA-test-low-0001", "torch", sbom_packages["torch"], "LOW")
+    assert scan(image, flavor, url, security_suite[1]).returncode == 0
+    assert "GHSA-test-low-0001" in scan(image, flavor, url, security_suite[1], SCAN_SEVERITY="LOW").stdout
+    data.add("PYSEC-test-unrated-1", "torch", sbom_packages["torch"], None)
+    result = scan(image, flavor, url, security_suite[1])
+    assert result.returncode != 0 and "UNKNOWN  PYSEC-test-unrated-1" in result.stdout, result.stdout
+
+
+def test_an_allowlisted_finding_passes_until_its_review_date(image, flavor, sbom_packages, osv, security_suite,
+                                                             tmp_path):
+    data, url = osv
+    data.add("GHSA-test-high-0002", "jinja2", sbom_packages["jinja2"], "CRITICAL")
+    future = allowlist(tmp_path, f'[[allow]]\nid = "GHSA-test-high-0002"\nreason = "not reachable in our use"\n'
+                                 f"review_by = {TODAY + datetime.timedelta(days=30)}\n")
+    result = scan(image, flavor, url, security_suite[1], future)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "allowed until" in result.stdout and "not reachable in our use" in result.stdout
+
+
+def test_an_expired_allowlist_entry_fails_in_one_line(image, flavor, sbom_packages, osv, security_suite, tmp_path):
+    expired = allowlist(tmp_path, f'[[allow]]\nid = "GHSA-test-old-0003"\nreason = "was fine once"\n'
+                                  f"review_by = {TODAY - datetime.timedelta(days=1)}\n")
+    result = scan(image, flavor, osv[1], security_suite[1], expired)
+    assert result.returncode != 0, result.stdout
+    problems = [line for line in result.stdout.splitlines() if line.startswith("allowlist:")]
+    assert len(problems) == 1 and "expired on" in problems[0], result.stdout
+
+
+def test_an_allowlist_entry_without_reason_or_date_fails(image, flavor, osv, security_suite, tmp_path):
+    vague = allowlist(tmp_path, '[[allow]]\nid = "GHSA-test-0004"\n')
+    result = scan(image, flavor, osv[1], security_suite[1], vague)
+    assert result.returncode != 0 and "needs id, reason and review_by" in result.stdout, result.stdout
+
+
+def test_an_unreachable_service_fails_in_one_line_and_never_passes(image, flavor, security_suite):
+    closed = f"http://127.0.0.1:{free_port()}"  # reserved and never listened on
+    result = scan(image, flavor, closed, security_suite[1])
+    assert result.returncode != 0, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot be reached" in errors[0], result.stderr
+    assert "passed" not in result.stdout
+
+    not_run = scan(image, flavor, closed, security_suite[1], SCAN_UNREACHABLE="not-run")
+    assert not_run.returncode != 0 and verdict(not_run).startswith("scan: not run:"), not_run.stdout
+    assert "passed" not in not_run.stdout
+
+
+def test_a_service_that_leaves_packages_unanswered_fails(image, flavor, osv, security_suite):
+    """The false green of a scanner that skips what it could not look up: here it is a failure."""
+    data, url = osv
+    data.drop_answers = 1
+    result = scan(image, flavor, url, security_suite[1])
+    assert result.returncode != 0 and "answered" in result.stderr, result.stdout + result.stderr
+
+
+def test_a_pending_debian_security_update_fails(image, flavor, osv, security_suite):
+    if flavor != "cpu":
+        pytest.skip("the Debian part of the scan is for the Debian-based CPU flavor")
+    folder, source = security_suite
+    write_flat_apt_repository(folder, {"tini": "99.0-1"})
+    try:
+        result = scan(image, flavor, osv[1], source)
+    finally:
+        write_flat_apt_repository(folder, {})
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert any(line.split()[1:3] == ["DEBIAN-SECURITY-UPDATE:tini", "tini"] and line.endswith("FAIL")
+               for line in result.stdout.splitlines() if len(line.split()) > 2), result.stdout
+
+
+def test_an_unreachable_debian_security_suite_fails_in_one_line(image, flavor, osv):
+    if flavor != "cpu":
+        pytest.skip("the Debian part of the scan is for the Debian-based CPU flavor")
+    result = scan(image, flavor, osv[1], f"deb http://127.0.0.1:{free_port()}/ ./")
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")][0].count("cannot be reached") == 1

@@ -1,0 +1,225 @@
+"""Signed, attested, zstd releases through a real registry: `make push`, `make zstd`, `make sign`,
+`make verify` against Debian's docker-registry on 127.0.0.1, with a cosign 2.x key pair made here.
+
+    make test PYTEST_ARGS="tests/release/test_release_signing.py"
+
+Needs /usr/bin/docker-registry (`make ci-registry`) and cosign 2.x (`bash .ci/install-cosign.sh`); without
+them the tests skip, except in CI (CI=true). No transparency log is reachable here, so COSIGN_TLOG=0.
+Each refusal of `make verify` is one `error:` line: unsigned, tag moved after signing, another key.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import pathlib
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import REPO_ROOT
+from tests.support.containers import docker
+from tests.support.host_tools import skip_where_missing
+from tests.support.release import environment_without_make, local_registry, make, registry_api, split_image_ref
+
+PUSH_TIMEOUT_S = 1800  # a first push of the whole image; minutes on a loaded machine
+PASSWORD = "release-test-password"
+TAG_ANNOTATION = "dev.pytorch-dev.tag"
+MANIFEST_TYPES = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+ZSTD_MAGIC = bytes.fromhex("28b52ffd")
+
+
+def cosign_environment() -> dict[str, str]:
+    return dict(environment_without_make(), COSIGN_PASSWORD=PASSWORD, COSIGN_TLOG="0", COSIGN_YES="true",
+                ZSTD_LEVEL="3")
+
+
+def cosign(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(["cosign", *args], capture_output=True, text=True, timeout=300, check=False,
+                            env=cosign_environment())
+    assert not check or result.returncode == 0, result.stderr
+    return result
+
+
+def release_make(target: str, image: str, flavor: str, *variables: str) -> subprocess.CompletedProcess:
+    return make(target, image, flavor, *variables, timeout=PUSH_TIMEOUT_S, environment=cosign_environment())
+
+
+def key_pair(folder: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+    folder.mkdir()
+    subprocess.run(["cosign", "generate-key-pair"], cwd=folder, env=cosign_environment(), capture_output=True,
+                   timeout=60, check=True)
+    return folder / "cosign.key", folder / "cosign.pub"
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode != 0, result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    return errors[0]
+
+
+class Release:
+    def __init__(self, registry: str, repository: str, tags: list[str], digest: str, directory: pathlib.Path,
+                 key: pathlib.Path, public_key: pathlib.Path):
+        self.registry, self.repository, self.tags, self.digest = registry, repository, tags, digest
+        self.directory, self.key, self.public_key = directory, key, public_key
+
+    def reference(self, tag: str) -> str:
+        return f"{self.repository}:{tag}"
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory, image: str, flavor: str) -> Iterator[Release]:
+    """The image under test pushed, given its -zstd tags and signed, into a registry of this module."""
+    if not shutil.which("cosign"):
+        skip_where_missing("cosign is missing: install it with `bash .ci/install-cosign.sh`")
+    root = tmp_path_factory.mktemp("signing")
+    tags = make("tags", image, flavor).stdout.split()
+    directory = root / "release"
+    directory.mkdir()
+    # make build wrote the image's SBOM and provenance into .build; this module publishes from its own folder,
+    # so a concurrent `make push` of another test cannot change what it signs.
+    for name in (f"sbom-{tags[0]}.cdx.json", f"provenance-{tags[0]}.json"):
+        shutil.copy(REPO_ROOT / ".build" / name, directory / name)
+    key, public_key = key_pair(root / "keys")
+    with local_registry(root) as registry:
+        release_dir = f"RELEASE_DIR={directory}"
+        pushed = release_make("push", image, flavor, f"REGISTRY={registry}", release_dir)
+        assert pushed.returncode == 0, pushed.stderr
+        zstd = release_make("zstd", image, flavor, release_dir)
+        assert zstd.returncode == 0, zstd.stderr
+        signed = release_make("sign", image, flavor, f"COSIGN_KEY={key}", release_dir)
+        assert signed.returncode == 0, signed.stderr
+        digest = pushed.stdout.split()[0].split("@")[1]
+        yield Release(registry, f"{registry}/{split_image_ref(image)[0]}", tags, digest, directory, key, public_key)
+
+
+def verify(image: str, public_key: pathlib.Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-s", "--no-print-directory", "verify", f"IMAGE={image}", f"COSIGN_PUB={public_key}"],
+                          cwd=REPO_ROOT, env=cosign_environment(), capture_output=True, text=True, timeout=300,
+                          check=False)
+
+
+def attested_statement(release: Release, kind: str) -> dict:
+    """The in-toto statement of KIND read back from the registry with cosign itself, not our tool."""
+    by_digest = f"{release.repository}@{release.digest}"
+    result = cosign("verify-attestation", "--key", str(release.public_key), "--insecure-ignore-tlog=true",
+                    "--type", kind, by_digest)
+    return json.loads(base64.b64decode(json.loads(result.stdout.splitlines()[-1])["payload"]))
+
+
+def test_every_pushed_tag_verifies_by_tag_and_by_digest(release):
+    for tag in release.tags:
+        pinned = f"{release.reference(tag)}@{release.digest}"
+        for reference in (release.reference(tag), pinned):
+            result = verify(reference, release.public_key)
+            assert result.returncode == 0, result.stderr
+            assert result.stdout.splitlines()[-1] == f"verified {release.repository}@{release.digest}", result.stdout
+
+
+def test_the_sbom_attestation_lists_torch(release, labels):
+    statement = attested_statement(release, "cyclonedx")
+    assert statement["predicateType"] == "https://cyclonedx.org/bom"
+    assert statement["subject"][0]["digest"]["sha256"] == release.digest.split(":")[1]
+    torch = [c for c in statement["predicate"]["components"] if c.get("purl", "").startswith("pkg:pypi/torch@")]
+    # The label has NGC's full version, or the CPU flavor's pin without pip's local part (+cpu).
+    assert [c["version"].split("+")[0] for c in torch] == [labels["dev.pytorch-dev.torch-version"].split("+")[0]]
+
+
+def test_the_provenance_attestation_names_commit_base_digest_lock_and_builder(release, labels):
+    statement = attested_statement(release, "slsaprovenance1")
+    assert statement["predicateType"] == "https://slsa.dev/provenance/v1"
+    assert statement["subject"][0]["digest"]["sha256"] == release.digest.split(":")[1]
+    definition = statement["predicate"]["buildDefinition"]
+    dependencies = {dependency["name"]: dependency for dependency in definition["resolvedDependencies"]}
+    assert dependencies["source"]["digest"]["gitCommit"] == labels["org.opencontainers.image.revision"]
+    base = labels["dev.pytorch-dev.base-image"]
+    base_digest = labels["dev.pytorch-dev.base-digest"] or docker("image", "inspect", "--format", "{{.Id}}",
+                                                                  base).stdout.strip()
+    algorithm, value = base_digest.split(":")
+    assert dependencies["base-image"]["digest"] == {algorithm: value}, dependencies["base-image"]
+    lock = REPO_ROOT / "docker" / "python" / f"requirements-{labels['dev.pytorch-dev.flavor']}.lock"
+    if lock.is_file():
+        assert dependencies["python-lock"]["digest"]["sha256"] == hashlib.sha256(lock.read_bytes()).hexdigest()
+    assert definition["externalParameters"]["buildArgs"]["FLAVOR"] == labels["dev.pytorch-dev.flavor"]
+    assert statement["predicate"]["runDetails"]["builder"]["version"]["docker-engine"]
+
+
+def test_an_unsigned_image_is_refused_in_one_line(release, image):
+    unsigned = release.reference("unsigned")
+    derived(image, unsigned, "unsigned")
+    line = one_error_line(verify(unsigned, release.public_key))
+    assert "is not signed" in line, line
+
+
+def test_a_signature_made_with_another_key_is_refused_in_one_line(release, tmp_path):
+    _, other_public_key = key_pair(tmp_path / "other")
+    line = one_error_line(verify(release.reference(release.tags[0]), other_public_key))
+    assert "not with the key given" in line, line
+
+
+def test_a_tag_moved_to_another_signed_image_after_signing_is_refused_in_one_line(release, image):
+    """The moving tag is pointed at another image that is signed, for a tag of its own: still refused."""
+    moving = release.tags[-1]
+    other = derived(image, release.reference(moving), "moved")
+    cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}=other-release", other)
+    try:
+        line = one_error_line(verify(release.reference(moving), release.public_key))
+        assert "moved after signing" in line and moving in line, line
+    finally:
+        docker("tag", image, release.reference(moving))
+        docker("push", release.reference(moving), timeout=PUSH_TIMEOUT_S)
+    assert verify(release.reference(moving), release.public_key).returncode == 0
+
+
+def test_the_zstd_variant_keeps_the_base_layers_and_compresses_ours(release, image, labels):
+    gzip_manifest = registry_api(release.registry, f"/v2/{release.repository.split('/', 1)[1]}/manifests/"
+                                 f"{release.tags[0]}", MANIFEST_TYPES)
+    zstd_manifest = registry_api(release.registry, f"/v2/{release.repository.split('/', 1)[1]}/manifests/"
+                                 f"{release.tags[0]}-zstd", MANIFEST_TYPES)
+    assert zstd_manifest["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    assert zstd_manifest["config"]["digest"] == gzip_manifest["config"]["digest"], "the image id must not change"
+    base_layers = len(json.loads(docker("image", "inspect", "--format", "{{json .RootFS.Layers}}",
+                                        labels["dev.pytorch-dev.base-image"]).stdout))
+    pairs = list(zip(gzip_manifest["layers"], zstd_manifest["layers"], strict=True))
+    for gzip_layer, zstd_layer in pairs[:base_layers]:
+        assert zstd_layer["digest"] == gzip_layer["digest"] and zstd_layer["size"] == gzip_layer["size"]
+    for gzip_layer, zstd_layer in pairs[base_layers:]:
+        assert zstd_layer["mediaType"] == "application/vnd.oci.image.layer.v1.tar+zstd"
+        assert zstd_layer["digest"] != gzip_layer["digest"]
+        url = f"http://{release.registry}/v2/{release.repository.split('/', 1)[1]}/blobs/{zstd_layer['digest']}"
+        with urllib.request.urlopen(urllib.request.Request(url, headers={"Range": "bytes=0-3"}), timeout=30) as blob:
+            assert blob.read(4) == ZSTD_MAGIC
+    for tag in release.tags:
+        assert not registry_api(release.registry, f"/v2/{release.repository.split('/', 1)[1]}/manifests/{tag}",
+                                MANIFEST_TYPES)["layers"][-1]["mediaType"].endswith("zstd"), "default tags stay gzip"
+
+
+def test_the_zstd_variant_is_signed_and_pulls_into_the_engine_as_the_same_image(release, image):
+    zstd_tag = release.reference(release.tags[0] + "-zstd")
+    result = verify(zstd_tag, release.public_key)
+    assert result.returncode == 0, result.stderr
+    try:
+        # The engine knows our gzip blobs, not the zstd ones: it downloads and decompresses these, and
+        # checks each against the config's diff ids.
+        docker("pull", zstd_tag, timeout=PUSH_TIMEOUT_S)
+        assert docker("image", "inspect", "--format", "{{.Id}}", zstd_tag).stdout == \
+            docker("image", "inspect", "--format", "{{.Id}}", image).stdout
+    finally:
+        docker("image", "rm", zstd_tag, check=False)
+
+
+def derived(image: str, reference: str, marker: str) -> str:
+    """A different image (one more label) pushed as REFERENCE; returns it by digest."""
+    subprocess.run(["docker", "build", "--quiet", "--tag", reference, "-"], input=f"FROM {image}\nLABEL test={marker}\n",
+                   capture_output=True, text=True, timeout=300, check=True)
+    try:
+        output = docker("push", reference, timeout=PUSH_TIMEOUT_S).stdout
+    finally:
+        docker("image", "rm", reference, check=False)
+    return f"{reference.rpartition(':')[0]}@{output.split('digest: ')[1].split()[0]}"
+

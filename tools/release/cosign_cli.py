@@ -1,0 +1,52 @@
+"""The one place the release tools run cosign: its binary, its pinned major version, its flags.
+
+Signing and verifying use cosign 2.x. cosign 3 stores signatures and attestations as sigstore bundles
+(OCI referrers) by default, which cosign 2.x cannot find: a release signed with one and checked with the
+other reads as unsigned. So the tools refuse any other major (a Debian build reports `devel`: allowed).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+from tags import ReleaseError
+
+PINNED_MAJOR = "2"
+COSIGN_TIMEOUT_S = 300
+# The annotation every signature carries: the tag it was pushed under (verify.py checks the tag asked for).
+TAG_ANNOTATION = "dev.pytorch-dev.tag"
+
+
+def cosign_binary() -> str:
+    binary = os.environ.get("COSIGN") or "cosign"
+    path = shutil.which(binary)
+    if not path:
+        raise ReleaseError(f"cosign is not installed ({binary} is not on PATH): run `bash .ci/install-cosign.sh` "
+                           f"(as root), or install cosign {PINNED_MAJOR}.x and set COSIGN=path/to/cosign")
+    version = subprocess.run([path, "version"], capture_output=True, text=True, timeout=60, check=False).stdout
+    match = re.search(r"GitVersion:\s*v?(\d+)\.", version)
+    if match and match.group(1) != PINNED_MAJOR:
+        raise ReleaseError(f"{path} is cosign {match.group(1)}.x; releases are signed and verified with cosign "
+                           f"{PINNED_MAJOR}.x only (cosign 3 stores signatures where 2.x cannot read them)")
+    return path
+
+
+def transparency_log_flags(verifying: bool) -> list[str]:
+    """COSIGN_TLOG=0 keeps signatures out of the public transparency log (Rekor): for a private registry,
+    or a machine that cannot reach it, like the tests'. The default uploads to it and checks it."""
+    if os.environ.get("COSIGN_TLOG", "1") != "0":
+        return []
+    return ["--insecure-ignore-tlog=true"] if verifying else ["--tlog-upload=false"]
+
+
+def run_cosign(*args: str) -> subprocess.CompletedProcess:
+    """Runs cosign (COSIGN_PASSWORD reaches it through the environment); never raises on its exit code."""
+    return subprocess.run([cosign_binary(), *args], capture_output=True, text=True, timeout=COSIGN_TIMEOUT_S,
+                          check=False, env=dict(os.environ, COSIGN_YES="true"))
+
+
+def last_error_line(result: subprocess.CompletedProcess) -> str:
+    lines = [line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip()]
+    return lines[-1] if lines else f"exit status {result.returncode}"

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Sign every reference `make push` published, by digest, and attach the SBOM and SLSA provenance.
+
+    python3 tools/release/sign.py IMAGE RELEASE_DIR COSIGN_KEY     # or: make sign COSIGN_KEY=cosign.key
+
+`make push` records what it pushed in RELEASE_DIR/pushed-<immutable tag>.txt (one reference@digest a
+line; `make zstd` adds the -zstd variants). For each line this signs the digest, never the tag, with an
+annotation naming the tag (so `make verify` refuses a tag moved to another signed image), then attests
+the image with the CycloneDX SBOM (`make sbom`) and the provenance predicate (`make build` wrote it).
+
+COSIGN_KEY is a cosign key file (its password in COSIGN_PASSWORD). Empty COSIGN_KEY signs keyless,
+which needs an OIDC identity token: GitHub Actions with `permissions: id-token: write` has one.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+from cosign_cli import TAG_ANNOTATION, last_error_line, run_cosign, transparency_log_flags
+from provenance import provenance_file_name
+from sbom import sbom_file_name
+from tags import ReleaseError, compute_tags, read_labels, run_command
+
+
+def pushed_file(release_dir: pathlib.Path, labels: dict[str, str]) -> pathlib.Path:
+    return release_dir / f"pushed-{compute_tags(labels)[0]}.txt"
+
+
+def read_pushed(release_dir: pathlib.Path, labels: dict[str, str]) -> list[tuple[str, str]]:
+    """(repository:tag, sha256:digest) pairs of the references `make push` (and `make zstd`) published."""
+    path = pushed_file(release_dir, labels)
+    if not path.is_file():
+        raise ReleaseError(f"nothing was pushed for this image ({path} is missing): run `make push REGISTRY=...` first")
+    pairs = []
+    for line in path.read_text().split():
+        reference, _, digest = line.partition("@")
+        if not digest.startswith("sha256:"):
+            raise ReleaseError(f"{path} lists {line} without a digest: push again with `make push`")
+        pairs.append((reference, digest))
+    return pairs
+
+
+def key_flags(key: str) -> list[str]:
+    if key:
+        if not pathlib.Path(key).is_file():
+            raise ReleaseError(f"COSIGN_KEY={key} is not a file: give the private key (cosign generate-key-pair)")
+        return ["--key", key]
+    if not os.environ.get("ACTIONS_ID_TOKEN_REQUEST_URL"):
+        raise ReleaseError("COSIGN_KEY is not set and no identity token exists for keyless signing: "
+                           "make sign COSIGN_KEY=cosign.key (password in COSIGN_PASSWORD), or sign in a GitHub "
+                           "Actions job with `permissions: id-token: write`")
+    return []
+
+
+def attestation_files(release_dir: pathlib.Path, labels: dict[str, str]) -> list[tuple[str, pathlib.Path]]:
+    files = [("cyclonedx", release_dir / sbom_file_name(labels)),
+             ("slsaprovenance1", release_dir / provenance_file_name(labels))]
+    for kind, path in files:
+        if not path.is_file():
+            raise ReleaseError(f"{path} is missing: `make build` writes the provenance and `make sbom` the SBOM; "
+                               f"run them for this image before `make sign`")
+    return files
+
+
+def _cosign_or_fail(what: str, *args: str) -> None:
+    result = run_cosign(*args)
+    if result.returncode != 0:
+        raise ReleaseError(f"cosign could not {what}: {last_error_line(result)}")
+
+
+def sign(image: str, release_dir: str, key: str) -> list[str]:
+    directory = pathlib.Path(release_dir)
+    labels = read_labels(image)
+    pushed = read_pushed(directory, labels)
+    flags = key_flags(key.strip()) + transparency_log_flags(verifying=False)
+    attestations = attestation_files(directory, labels)
+    signed = []
+    for reference, digest in pushed:
+        repository, _, tag = reference.rpartition(":")
+        by_digest = f"{repository}@{digest}"
+        _cosign_or_fail(f"sign {by_digest}", "sign", "--yes", *flags, "-a", f"{TAG_ANNOTATION}={tag}", by_digest)
+        signed.append(f"{reference}@{digest}")
+        print(f"signed {signed[-1]}", flush=True)
+    for by_digest in dict.fromkeys(f"{ref.rpartition(':')[0]}@{digest}" for ref, digest in pushed):
+        for kind, path in attestations:
+            _cosign_or_fail(f"attest {by_digest} with {path.name}", "attest", "--yes", *flags, "--type", kind,
+                            "--predicate", str(path), by_digest)
+            print(f"attested {by_digest} ({kind})", flush=True)
+    return signed
+
+
+def main(argv: list[str]) -> int:
+    return run_command(argv, "sign.py IMAGE RELEASE_DIR COSIGN_KEY   (COSIGN_KEY empty: keyless)", sign)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
