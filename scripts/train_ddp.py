@@ -27,7 +27,9 @@ What it does, in the order this file does it:
     written in the background while training goes on: trainer/background_save.py) and keeps the
     newest --keep;
   * on SIGTERM/SIGINT stops every rank at the same step, finishes a background save in flight, saves,
-    and exits 0 (docs/training.md says how long that takes against docker stop's grace period).
+    and exits 0 (docs/training.md says how long that takes against docker stop's grace period);
+  * outlives its output: a progress line that cannot be written (`| head`, a full disk) is dropped
+    with one note, and training goes on (trainer/output.py).
 The training state (model, optimizer, scaler, schedule, data position) is one object,
 trainer/state.py; helpers live in trainer/ beside this file, each doing one job.
 """
@@ -46,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from trainer import huggingface, prometheus
+from trainer import huggingface, output, prometheus
 from trainer.background_save import BackgroundSaver
 from trainer.checkpoint import (CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path, checkpoint_step,
                                 load_newest_checkpoint, remove_old_checkpoints, save_checkpoint_atomically,
@@ -67,6 +69,7 @@ PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float
 
 
 def main(argv: list[str] | None = None) -> int:
+    output.keep_going_without_output("train_ddp.py")  # `| head`, a full log disk: lines go, training stays
     placement = read_placement()
     args = parse_config(argv, placement.world_size)  # bad flags end here, before any rendezvous
     prometheus.serve(args.prometheus_address, args.prometheus_port, placement)  # a taken port ends here too
