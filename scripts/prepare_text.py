@@ -85,14 +85,12 @@ def tokenize_with_folder(text: str, folder: pathlib.Path) -> tuple[np.ndarray, i
         import tokenizers
     except ImportError:
         sys.exit("prepare_text.py: error: --tokenizer DIR needs the tokenizers package (pip install tokenizers)")
-    if (folder / "tokenizer.json").is_file():
-        files = "tokenizer.json"
-        load = lambda: tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))  # noqa: E731
-    else:  # GPT-2's original files: a byte-level BPE
-        files = "vocab.json and merges.txt"
-        load = lambda: tokenizers.ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))  # noqa: E731
+    files = "tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.json and merges.txt"
     try:
-        tokenizer = load()
+        if files == "tokenizer.json":
+            tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+        else:  # GPT-2's original files: a byte-level BPE
+            tokenizer = tokenizers.ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
     except Exception as error:  # the library raises its own kinds (and plain Exception) for an unreadable file
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         sys.exit(f"prepare_text.py: error: cannot read the tokenizer's {files} in {folder} ({reason}); "
