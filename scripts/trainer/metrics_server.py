@@ -41,10 +41,7 @@ class MetricsServer:
 
     def __init__(self, app: Callable[..., Any], address: str, port: int) -> None:
         self.app = app
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        dualstack = address == "::" and socket.has_dualstack_ipv6()  # "::" takes IPv4 too, as the kernel's default
-        self.socket = socket.create_server((address, port), family=family, backlog=LISTEN_BACKLOG,
-                                           dualstack_ipv6=dualstack)
+        self.socket = listening_socket(address, port)
         self.handlers = concurrent.futures.ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="metrics-handler")
         self.open_connections = 0
         self.loop = asyncio.new_event_loop()
@@ -116,6 +113,21 @@ class MetricsServer:
                  f"Content-Length: {len(body)}", "Connection: close", "", ""]
         writer.write("\r\n".join(lines).encode("latin-1") + body)
         await writer.drain()
+
+
+def listening_socket(address: str, port: int) -> socket.socket:
+    """A TCP socket listening on ADDRESS:PORT; raises the OSError of bind (EADDRINUSE, EADDRNOTAVAIL) as it is.
+
+    Not socket.create_server, which rewrites the error's text ("while attempting to bind on ...")."""
+    listener = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restarted trainer gets its port back
+        listener.bind((address, port))
+        listener.listen(LISTEN_BACKLOG)
+    except OSError:
+        listener.close()
+        raise
+    return listener
 
 
 def wsgi_environ(head: bytes) -> dict[str, Any] | None:
