@@ -49,8 +49,13 @@ class MetricsServer:
         self.thread.start()
 
     @property
+    def server_address(self) -> tuple[str, int]:
+        """(host, port) it listens on, as socketserver names it."""
+        return self.socket.getsockname()[:2]
+
+    @property
     def port(self) -> int:
-        return self.socket.getsockname()[1]
+        return self.server_address[1]
 
     def run(self) -> None:
         server = self.loop.run_until_complete(asyncio.start_server(self.connection, sock=self.socket,
