@@ -9,6 +9,7 @@ real exporter in the image.
 """
 from __future__ import annotations
 
+import errno
 import socket
 import sys
 import types
@@ -47,6 +48,11 @@ def test_a_bad_flag_by_hand_names_the_flag(capsys, monkeypatch):
 
 def test_a_taken_port_blames_the_port_and_a_foreign_address_the_address(capsys, monkeypatch):
     monkeypatch.setattr(gpu_exporter, "start_nvml", lambda: False)
+
+    class ServesForever:  # main() waits on this once it serves: here that is a failure, not a hang
+        def wait(self) -> None:
+            raise AssertionError("the exporter listened where it should have refused")
+    monkeypatch.setattr(gpu_exporter, "threading", types.SimpleNamespace(Event=ServesForever))
     monkeypatch.setenv("GPU_EXPORTER_PORT", "1")  # only a variable that holds the value is named
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -56,8 +62,21 @@ def test_a_taken_port_blames_the_port_and_a_foreign_address_the_address(capsys, 
     assert capsys.readouterr().err.strip() == (
         f"gpu_exporter: error: --port {port}: cannot listen on 127.0.0.1:{port} (Address already in use); "
         "another process holds it: pick another port")
-    monkeypatch.setenv("GPU_EXPORTER_ADDRESS", "192.0.2.1")  # TEST-NET-1: no interface of this host has it
-    assert gpu_exporter.main(["--address", "192.0.2.1", "--port", "9400"]) == 2
+    foreign = address_of_no_interface()
+    monkeypatch.setenv("GPU_EXPORTER_ADDRESS", foreign)
+    assert gpu_exporter.main(["--address", foreign, "--port", "9400"]) == 2
     assert capsys.readouterr().err.strip().startswith(
-        "gpu_exporter: error: GPU_EXPORTER_ADDRESS=192.0.2.1: cannot listen on 192.0.2.1:9400 (Cannot assign "
+        f"gpu_exporter: error: GPU_EXPORTER_ADDRESS={foreign}: cannot listen on {foreign}:9400 (Cannot assign "
         "requested address); give an address of this host, or 0.0.0.0")
+
+
+def address_of_no_interface() -> str:
+    """A documentation address (RFC 5737) this host cannot bind; some machines route one of them locally."""
+    for address in ("203.0.113.7", "198.51.100.7", "192.0.2.7"):
+        with socket.socket() as probe:
+            try:
+                probe.bind((address, 0))
+            except OSError as error:
+                if error.errno == errno.EADDRNOTAVAIL:
+                    return address
+    pytest.skip("every documentation address binds on this host")
