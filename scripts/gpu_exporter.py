@@ -9,32 +9,32 @@ this container) this script serves the essentials from NVML inside the container
 used and free, temperature, power and SM clock per GPU, as DCGM_FI_DEV_* series with dcgm-exporter's
 labels (gpu, UUID, device, modelName, Hostname), so one dashboard and one set of alerts serve both.
 Without a GPU or driver it serves gpu_exporter_gpus 0 and keeps running, so a scrape never fails.
-Values are read from NVML on every scrape: nothing runs between scrapes.
+Values are read from NVML on every scrape: nothing runs between scrapes. The server is the trainer's
+(trainer/metrics_server.py): a total deadline per request and a fixed number of threads, so no client
+can hold a thread. The container starts it with GPU_EXPORTER_PORT and GPU_EXPORTER_ADDRESS, which are
+its flags' defaults, so an error names the variable that was set.
 """
 from __future__ import annotations
 
 import argparse
+import errno
+import ipaddress
+import os
 import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pynvml
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from trainer.cli import OneLineErrorParser
+from trainer.metrics_server import serve_registry
 
 LABELS = ["gpu", "UUID", "device", "modelName", "Hostname"]
 MIB = 2**20
-# A client that connects and sends nothing holds a thread until this many seconds pass (a scrape sends
-# its request at once); without it, 500 half-open connections held 500 threads for as long as they liked.
-READ_TIMEOUT_S = 10
-# Connections the kernel queues while every thread is busy (socketserver's default of 5 drops a burst).
-LISTEN_BACKLOG = 128
 
 
 def utilization(handle: object) -> float:
@@ -135,32 +135,8 @@ class NvmlCollector(Collector):
                 text(pynvml.nvmlDeviceGetName), self.hostname]
 
 
-class MetricsServer(ThreadingMixIn, WSGIServer):
-    """One daemon thread per scrape, as prometheus_client's own server, with a longer listen queue."""
-
-    daemon_threads = True
-    request_queue_size = LISTEN_BACKLOG
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A client that timed out or hung up is no fault of the exporter's: no traceback for it."""
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
-
-
-class TimedRequestHandler(WSGIRequestHandler):
-    """Drops a connection that sends no request within READ_TIMEOUT_S, and logs nothing per scrape."""
-
-    timeout = READ_TIMEOUT_S
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
-        pass
-
-
-def serve_metrics(address: str, port: int, registry: CollectorRegistry) -> None:
-    """Serves REGISTRY on http://ADDRESS:PORT/metrics from a thread of its own."""
-    MetricsServer.address_family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    server = make_server(address, port, make_wsgi_app(registry), MetricsServer, TimedRequestHandler)
-    threading.Thread(target=server.serve_forever, daemon=True, name="metrics").start()
+# Each flag, and the container's variable that gives its default (entrypoint.sh passes it on as the flag).
+SETTINGS = {"--port": "GPU_EXPORTER_PORT", "--address": "GPU_EXPORTER_ADDRESS"}
 
 
 def tcp_port(text: str) -> int:
@@ -169,12 +145,38 @@ def tcp_port(text: str) -> int:
     return int(text)
 
 
+def ip_address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an IP address such as 0.0.0.0 or 127.0.0.1, got {text!r}") from None
+
+
+def setting_name(flag: str, value: object) -> str:
+    """How the user gave FLAG its VALUE: the container's variable when it holds that value, else the flag."""
+    variable = SETTINGS[flag]
+    return f"{variable}={value}" if os.environ.get(variable) == str(value) else f"{flag} {value}"
+
+
+class ExporterParser(OneLineErrorParser):
+    """A bad value that the container's variable holds names the variable, not only the flag."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        for flag, variable in SETTINGS.items():
+            value = os.environ.get(variable)
+            if message.startswith(f"argument {flag}:") and value is not None and repr(value) in message:
+                message = f"{variable}={value!r} (passed as {flag}): {message.partition(': ')[2]}"
+        super().error(message)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = OneLineErrorParser(prog="gpu_exporter.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=tcp_port, default=9400, help="TCP port of /metrics (dcgm-exporter's is 9400)")
-    parser.add_argument("--address", default="0.0.0.0",
-                        help="address to listen on (no authentication: anyone who reaches it reads the metrics); "
-                             "0.0.0.0 lets Prometheus on another host or container scrape, 127.0.0.1 keeps it local")
+    parser = ExporterParser(prog="gpu_exporter.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=tcp_port, default=os.environ.get("GPU_EXPORTER_PORT", "9400"),
+                        help="TCP port of /metrics (dcgm-exporter's is 9400); default: GPU_EXPORTER_PORT, else 9400")
+    parser.add_argument("--address", type=ip_address, default=os.environ.get("GPU_EXPORTER_ADDRESS", "0.0.0.0"),
+                        help="IP address to listen on (no authentication: anyone who reaches it reads the metrics); "
+                             "0.0.0.0 lets Prometheus on another host or container scrape, 127.0.0.1 keeps it "
+                             "local; default: GPU_EXPORTER_ADDRESS, else 0.0.0.0")
     return parser.parse_args(argv)
 
 
@@ -183,10 +185,14 @@ def main(argv: list[str] | None = None) -> int:
     registry = CollectorRegistry()
     registry.register(NvmlCollector(start_nvml()))
     try:
-        serve_metrics(args.address, args.port, registry)
+        serve_registry(registry, args.address, args.port)
     except OSError as error:
-        print(f"gpu_exporter: cannot listen on {args.address}:{args.port} ({error.strerror}); pick another --port",
-              file=sys.stderr)
+        if error.errno == errno.EADDRINUSE:
+            culprit, hint = setting_name("--port", args.port), "another process holds it: pick another port"
+        else:  # EADDRNOTAVAIL and the like: no interface of this host has that address
+            culprit, hint = setting_name("--address", args.address), "give an address of this host, or 0.0.0.0"
+        print(f"gpu_exporter: error: {culprit}: cannot listen on {args.address}:{args.port} ({error.strerror}); "
+              f"{hint}", file=sys.stderr)
         return 2
     print(f"gpu_exporter: serving http://{args.address}:{args.port}/metrics", file=sys.stderr, flush=True)
     threading.Event().wait()  # the server runs in its own thread; SIGTERM ends the process

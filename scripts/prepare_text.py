@@ -16,6 +16,7 @@ tokenizer.json (or vocab.json and merges.txt) through the `tokenizers` library; 
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
 
@@ -46,7 +47,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"directory {args.output.parent} of {args.output} does not exist")
     if args.output.is_dir():
         parser.error(f"{args.output} is a directory; name the token file to write, e.g. {args.output / 'train.bin'}")
+    if names_the_same_file(args.output, args.text):  # writing it would destroy the text before it is read
+        parser.error(f"the output {args.output} is the text {args.text} itself; name another file, e.g. "
+                     f"{args.text.with_name(args.text.stem + '.tokens.bin')}")
     return args
+
+
+def names_the_same_file(output: pathlib.Path, text: pathlib.Path) -> bool:
+    """Whether OUTPUT is TEXT: the same name, a symbolic or hard link to it, or a dangling link that
+    resolves to its path."""
+    if output.exists():
+        return os.path.samefile(output, text)
+    return output.resolve() == text.resolve()
 
 
 def tokenize(text: bytes, tokenizer: str) -> tuple[np.ndarray, int]:
@@ -73,10 +85,16 @@ def tokenize_with_folder(text: str, folder: pathlib.Path) -> tuple[np.ndarray, i
         import tokenizers
     except ImportError:
         sys.exit("prepare_text.py: error: --tokenizer DIR needs the tokenizers package (pip install tokenizers)")
-    if (folder / "tokenizer.json").is_file():
-        tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
-    else:  # GPT-2's original files: a byte-level BPE
-        tokenizer = tokenizers.ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    files = "tokenizer.json" if (folder / "tokenizer.json").is_file() else "vocab.json and merges.txt"
+    try:
+        if files == "tokenizer.json":
+            tokenizer = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+        else:  # GPT-2's original files: a byte-level BPE
+            tokenizer = tokenizers.ByteLevelBPETokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    except Exception as error:  # the library raises its own kinds (and plain Exception) for an unreadable file
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        sys.exit(f"prepare_text.py: error: cannot read the tokenizer's {files} in {folder} ({reason}); "
+                 f"fix or replace them (save_pretrained writes them whole)")
     vocab_size = tokenizer.get_vocab_size()
     if vocab_size > 2**16:
         sys.exit(f"prepare_text.py: error: {folder}'s vocabulary has {vocab_size} tokens, more than the "

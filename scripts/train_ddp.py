@@ -21,13 +21,15 @@ What it does, in the order this file does it:
     (trainer/parallel.py holds every line where the two differ);
   * trains with a DistributedSampler, bf16/fp16/fp32, gradient accumulation, clipping and optional
     per-block torch.compile and activation checkpointing;
-  * resumes from the newest readable checkpoint in --ckpt-dir at the exact batch it stopped at,
-    so a restarted job repeats and skips nothing, at any world size for sharded checkpoints;
-  * writes checkpoints atomically (one file from rank 0 under DDP, one shard per rank under FSDP,
-    written in the background while training goes on: trainer/background_save.py) and keeps the
-    newest --keep;
+  * leaves checkpoints to one owner, trainer/checkpointer.py, which the loop calls once per step and
+    once at the end: it locks --ckpt-dir for this job, resumes from the newest readable checkpoint at
+    the exact batch it stopped at (at any world size for sharded checkpoints), writes checkpoints
+    atomically (one file from rank 0 under DDP, one shard per rank under FSDP, in the background while
+    training goes on) and keeps the newest --keep;
   * on SIGTERM/SIGINT stops every rank at the same step, finishes a background save in flight, saves,
-    and exits 0 (docs/training.md says how long that takes against docker stop's grace period).
+    and exits 0 (docs/training.md says how long that takes against docker stop's grace period);
+  * outlives its output: a progress line that cannot be written (`| head`, a full disk) is dropped
+    with one note, and training goes on (trainer/output.py).
 The training state (model, optimizer, scaler, schedule, data position) is one object,
 trainer/state.py; helpers live in trainer/ beside this file, each doing one job.
 """
@@ -35,10 +37,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import pathlib
 import sys
-import time
-from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -46,12 +45,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from trainer import huggingface, prometheus
-from trainer.background_save import BackgroundSaver
-from trainer.checkpoint import (CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path, checkpoint_step,
-                                load_newest_checkpoint, remove_old_checkpoints, save_checkpoint_atomically,
-                                save_sharded_checkpoint)
-from trainer.config import describe_model_change, parse_config
+from trainer import huggingface, output, prometheus
+from trainer.checkpointer import CheckpointFailure, Checkpointer
+from trainer.config import parse_config
 from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages, SyntheticTokens,
                           TokenFile, detach_from_terminal_signals, load_image_folder)
 from trainer.distributed import (Placement, StopSignal, choose_device, finish_process_group,
@@ -67,6 +63,7 @@ PRECISIONS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float
 
 
 def main(argv: list[str] | None = None) -> int:
+    output.keep_going_without_output("train_ddp.py")  # `| head`, a full log disk: lines go, training stays
     placement = read_placement()
     args = parse_config(argv, placement.world_size)  # bad flags end here, before any rendezvous
     prometheus.serve(args.prometheus_address, args.prometheus_port, placement)  # a taken port ends here too
@@ -76,18 +73,31 @@ def main(argv: list[str] | None = None) -> int:
     # the rendezvous must still end the process, which has nothing to save yet.
     stop = StopSignal()
     try:
-        state, reporter = build_training(args, placement=placement, device=device, group=group)
-        train(state, reporter, stop)
-        del state, reporter  # the model must be garbage before finish_process_group destroys the group
+        # In a function of its own, so the model is garbage before finish_process_group destroys the group.
+        resume_and_train(args, placement=placement, device=device, group=group, stop=stop)
+    except CheckpointFailure as error:  # the same on every rank; each node's first rank says it
+        if placement.local_rank == 0:
+            print(f"train_ddp.py: error: {error}", file=sys.stderr, flush=True)
+        return error.status
     finally:
         finish_process_group()
     return 0
 
 
+def resume_and_train(args: argparse.Namespace, *, placement: Placement, device: torch.device,
+                     group: dist.ProcessGroup, stop: StopSignal) -> None:
+    state, reporter = build_training(args, placement=placement, device=device, group=group)
+    with Checkpointer(state) as checkpointer:  # closed after a crash too: no write left running, no lock held
+        checkpointer.resume()
+        if placement.is_main:
+            print(start_line(state), flush=True)
+        train(state, reporter, checkpointer, stop)
+
+
 def build_training(args: argparse.Namespace, *, placement: Placement, device: torch.device,
                    group: dist.ProcessGroup) -> tuple[TrainingState, MetricsReporter]:
-    """The model spread over the ranks with its optimizer, schedule and data stream, resumed where the
-    newest checkpoint in --ckpt-dir left off (or at step 0); and the reporter of its metrics."""
+    """The model spread over the ranks with its optimizer, schedule and data stream, at step 0; and the
+    reporter of its metrics."""
     precision = choose_precision(args.precision, device)
     dataset, num_classes = build_dataset(args)
     torch.manual_seed(args.seed)  # identical initial weights on every rank and in every run
@@ -118,48 +128,29 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
     state = TrainingState(model, optimizer=optimizer, scaler=scaler, scheduler=scheduler,
                           stream=MicroBatchStream(loader, sampler=sampler, epoch=0, batches_done=0), args=args,
                           placement=placement, device=device, precision=precision, group=group)
-    args.ckpt_dir.mkdir(parents=True, exist_ok=True)  # every rank at once: exist_ok makes that safe
-    resume_from_newest_checkpoint(state)
-    if placement.is_main:
-        print(start_line(state), flush=True)
     return state, reporter
 
 
-def train(state: TrainingState, reporter: MetricsReporter, stop: StopSignal) -> None:
-    """Trains from STATE's step to --max-steps, or to a stop signal; saves on the way and at the end."""
+def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpointer, stop: StopSignal) -> None:
+    """Trains from STATE's step to --max-steps, or to a stop signal; CHECKPOINTER saves on the way and at the end."""
     args = state.args
-    # Sharded checkpoints are written in the background; the DDP file stays synchronous (docs/training.md).
-    saver = (BackgroundSaver(state.placement.is_main, control_group=state.group, timeout_s=args.pg_timeout)
-             if args.async_checkpoint and args.parallel == "fsdp" else None)
     prometheus.training_started(state.step)
     reporter.restart_clock(state.step)
-    last_saved_step, loss_sum = state.step, torch.zeros((), device=state.device)
-    try:
-        while state.step < args.max_steps:
-            if stop.agreed_by_any_rank(state.group):  # every rank sees the same answer at the same step
-                break
-            lr = state.scheduler.get_last_lr()[0]
-            loss_sum += train_one_step(state)
-            state.scheduler.step()
-            state.step += 1
-            prometheus.step_finished(state.step)
-            if state.step % args.log_every == 0 or state.step == args.max_steps:
-                totals = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))  # a collective
-                reporter.report(state, lr, totals)
-                loss_sum.zero_()
-            if saver and saver.done_everywhere():
-                finish_background_save(state, saver)
-            if args.save_every and state.step % args.save_every == 0:
-                save_training_state(state, saver)
-                last_saved_step = state.step
-        if saver:  # a stop signal too waits for the save in flight, then saves the last step synchronously
-            finish_background_save(state, saver)
-    finally:  # after a crash too: the write in flight ends before main destroys the process group
-        if saver:
-            saver.close()
-    if state.step > last_saved_step or (args.max_steps == 0 and state.step == 0):  # 0 steps: keep the start
-        save_training_state(state, saver=None)
-    dist.barrier(group=state.group)  # nobody leaves while rank 0 may still be writing
+    loss_sum = torch.zeros((), device=state.device)
+    while state.step < args.max_steps:
+        if stop.agreed_by_any_rank(state.group):  # every rank sees the same answer at the same step
+            break
+        lr = state.scheduler.get_last_lr()[0]
+        loss_sum += train_one_step(state)
+        state.scheduler.step()
+        state.step += 1
+        prometheus.step_finished(state.step)
+        if state.step % args.log_every == 0 or state.step == args.max_steps:
+            totals = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))  # a collective
+            reporter.report(state, lr, totals)
+            loss_sum.zero_()
+        checkpointer.step_done()
+    checkpointer.finish()  # a stop signal too: the save in flight, then the last step
     reporter.close()
     if state.placement.is_main:
         print(end_line(state, stop), flush=True)
@@ -261,105 +252,6 @@ def peak_memory_bytes(state: TrainingState) -> int:
     if state.device.type == "cuda":
         return torch.cuda.max_memory_allocated(state.device)
     return state_bytes(state.model, state.optimizer)
-
-
-def save_training_state(state: TrainingState, saver: BackgroundSaver | None) -> None:
-    """Everything a restart needs to continue exactly here; all ranks call it.
-
-    DDP: rank 0 writes one file. FSDP: every rank writes its shards into one folder, in the background
-    when SAVER is given (the loop then waits only for the copy; finish_background_save reports it). A
-    full disk ends the job on every rank with one line, since training on without checkpoints would
-    lose the work the next restart expects to find.
-    """
-    args, placement = state.args, state.placement
-    sharded = args.parallel == "fsdp"
-    path = checkpoint_path(args.ckpt_dir, state.step, sharded)
-    if saver:
-        finish_background_save(state, saver)  # at most one in flight: the previous one first
-    started = time.perf_counter()
-    snapshot = state.state_dict()
-    problem: list[str | None] = [None]
-    try:
-        if saver:
-            saver.start(snapshot, path)
-        elif sharded:
-            save_sharded_checkpoint(snapshot, path=path, is_main=placement.is_main, group=state.group)
-        elif placement.is_main:
-            save_checkpoint_atomically(snapshot, path)
-    except CheckpointWriteError as error:
-        problem[0] = str(error)
-    if not sharded:  # only rank 0 knows how its write went; sharded saves fail on every rank alike
-        dist.broadcast_object_list(problem, src=0, group=state.group)
-    if problem[0]:
-        exit_with_error(problem[0], placement, status=1)
-    if saver and placement.is_main:
-        print(f"checkpoint {path}: training waited {time.perf_counter() - started:.3f} s for the copy; "
-              f"writing it in the background", flush=True)
-    elif not saver:
-        checkpoint_written(state, path, started)
-
-
-def finish_background_save(state: TrainingState, saver: BackgroundSaver) -> None:
-    """Waits for the save in flight on every rank, makes it visible and reports it; exits on a failed write."""
-    try:
-        finished = saver.finish()
-    except CheckpointWriteError as error:  # the line names the checkpoint; it ends training at this step
-        exit_with_error(str(error), state.placement, status=1)
-    if finished:
-        checkpoint_written(state, finished.path, finished.started)
-
-
-def checkpoint_written(state: TrainingState, path: pathlib.Path, started: float) -> None:
-    """Reports the checkpoint at PATH, whose save began at STARTED, and prunes the old ones."""
-    seconds = time.perf_counter() - started
-    prometheus.checkpoint_saved(seconds)
-    if state.placement.is_main:
-        remove_old_checkpoints(state.args.ckpt_dir, state.args.keep, checkpoint_step(path))
-        print(f"saved checkpoint {path} in {seconds:.3f} s", flush=True)
-
-
-def exit_with_error(message: str, placement: Placement, status: int) -> NoReturn:
-    """Ends this rank with STATUS; rank 0 prints MESSAGE as the one line the user reads."""
-    if placement.is_main:
-        print(f"train_ddp.py: error: {message}", file=sys.stderr, flush=True)
-    sys.exit(status)
-
-
-def resume_from_newest_checkpoint(state: TrainingState) -> None:
-    """Loads the newest readable checkpoint in --ckpt-dir into STATE; a fresh folder leaves it at step 0.
-
-    Every rank reads the checkpoint itself (a file, or the parts of a sharded folder it needs); the
-    ranks then check they found the same step, which fails when --ckpt-dir is not shared between nodes.
-    """
-    args, placement = state.args, state.placement
-
-    def check_config(saved_config: dict[str, str]) -> str | None:
-        change = describe_model_change(saved_config, args)
-        return change and (f"--ckpt-dir {args.ckpt_dir} holds a checkpoint of another model ({change}): "
-                           f"use the same flags to resume, or another --ckpt-dir to start afresh")
-
-    started = time.perf_counter()
-    try:
-        loaded = load_newest_checkpoint(args.ckpt_dir, template=state.state_dict, check_config=check_config,
-                                        is_main=placement.is_main)
-    except IncompatibleCheckpoint as error:  # same answer on every rank: they read the same config
-        exit_with_error(str(error), placement, status=2)
-    found_steps: list[Any] = [None] * placement.world_size
-    dist.all_gather_object(found_steps, loaded["step"] if loaded else 0, group=state.group)
-    if len(set(found_steps)) > 1:
-        exit_with_error(f"ranks found different checkpoints (steps {found_steps}): --ckpt-dir must be shared "
-                        f"by all nodes", placement, status=1)
-    if loaded is None:
-        if placement.is_main and args.init_from:
-            print(f"starting from the pretrained weights of {args.init_from}", flush=True)
-        return
-    state.load_state_dict(loaded)
-    if placement.is_main:
-        # A restarted fine-tuning job continues its own progress; the pretrained weights are only its start.
-        instead = f", not from the pretrained --init-from {args.init_from}" if args.init_from else ""
-        print(f"resumed from {loaded['path']}{instead}: step {loaded['step']}, epoch {loaded['epoch']}, "
-              f"{loaded['samples_in_epoch']} samples into the epoch, loaded in {time.perf_counter() - started:.3f} s",
-              flush=True)
 
 
 if __name__ == "__main__":

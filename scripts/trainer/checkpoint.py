@@ -51,50 +51,65 @@ def save_checkpoint_atomically(state: dict[str, Any], path: pathlib.Path) -> Non
 
     The temporary file gets a fresh random name and is created exclusively (O_EXCL), so a file or a
     symlink someone planted in a shared checkpoint folder is never opened, let alone written through.
-    Raises CheckpointWriteError, with the partial file removed, when the disk is full.
+    Raises CheckpointWriteError, with the partial file removed, when the disk is full or the folder
+    cannot be written.
     """
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask
+    except OSError as error:
+        raise_if_write_error(error, path)
+        raise
     try:
         with os.fdopen(descriptor, "wb") as file:
             torch.save(state, file)
             file.flush()
             os.fsync(file.fileno())  # the bytes are on disk before the name points at them
         os.replace(temporary, path)
+        fsync_directory(path.parent)  # and the rename itself survives a power loss
     except Exception as error:
-        temporary.unlink(missing_ok=True)
-        raise_if_out_of_space(error, path)
+        try:
+            temporary.unlink(missing_ok=True)
+        except OSError:
+            pass  # a folder that turned read-only keeps the partial file; resume never lists it
+        raise_if_write_error(error, path)
         raise
-    fsync_directory(path.parent)  # and the rename itself survives a power loss
 
 
 class CheckpointWriteError(Exception):
-    """A checkpoint could not be written for a reason the user can fix (a full disk); one line says which."""
+    """A checkpoint could not be written for a reason the user can fix (a full disk, a folder that became
+    unwritable or read-only); one line says which."""
 
 
 OUT_OF_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # full disk, full quota, file size limit
 
 
-def raise_if_out_of_space(error: BaseException, path: pathlib.Path) -> None:
-    """Raises CheckpointWriteError when ERROR comes from running out of space while writing PATH.
+def raise_if_write_error(error: BaseException, path: pathlib.Path) -> None:
+    """Raises CheckpointWriteError when the file system refused a write of PATH (ERROR holds an OSError).
 
     torch.save reports a failed write as a RuntimeError of its zip writer, and torch.distributed.checkpoint
     as a CheckpointException listing every rank's error; the OSError that says why is inside them.
     """
-    cause = out_of_space_cause(error)
-    if cause is not None:
+    cause = write_error_cause(error)
+    if cause is None:
+        return
+    if cause.errno in OUT_OF_SPACE:
         raise CheckpointWriteError(f"no space left writing {path} ({cause.strerror}); free some space "
                                    f"or point --ckpt-dir at a larger disk") from error
+    raise CheckpointWriteError(f"cannot write {path} ({cause.strerror or cause}); make --ckpt-dir writable again, "
+                               f"or point it at another folder, and run the same command to resume from the "
+                               f"last checkpoint") from error
 
 
-def out_of_space_cause(error: BaseException | None) -> OSError | None:
-    """The out-of-space OSError behind ERROR: in its chain of causes, or on any rank of a CheckpointException."""
+def write_error_cause(error: BaseException | None) -> OSError | None:
+    """The OSError behind ERROR: in its chain of causes, or on any rank of a CheckpointException (an
+    out-of-space one first, as the likeliest to explain the others)."""
     while error is not None:
-        if isinstance(error, OSError) and error.errno in OUT_OF_SPACE:
+        if isinstance(error, OSError) and error.errno is not None:
             return error
         if isinstance(error, CheckpointException):
-            causes = (out_of_space_cause(failure) for failure, _ in error.failures.values())
-            return next((cause for cause in causes if cause is not None), None)
+            causes = [cause for failure, _ in error.failures.values() if (cause := write_error_cause(failure))]
+            return min(causes, key=lambda cause: cause.errno not in OUT_OF_SPACE, default=None)
         error = error.__cause__ or error.__context__
     return None
 
@@ -115,7 +130,7 @@ def save_sharded_checkpoint(state: dict[str, Any], *, path: pathlib.Path, is_mai
     torch.distributed.checkpoint's last step has rank 0 write the metadata once every rank has finished.
     Only then does rank 0 add the training state and rename the folder (make_visible), so a crash at
     any moment leaves no folder or a complete one. Raises CheckpointWriteError on every rank, with the
-    temporary folder removed, when a disk is full.
+    temporary folder removed, when a disk is full or a folder cannot be written.
     """
     temporary = announce_temporary_folder(path, is_main, group)
     try:
@@ -127,21 +142,34 @@ def save_sharded_checkpoint(state: dict[str, Any], *, path: pathlib.Path, is_mai
 
 def announce_temporary_folder(path: pathlib.Path, is_main: bool, group: dist.ProcessGroup) -> pathlib.Path:
     """A fresh folder beside PATH that rank 0 creates (mkdir fails on any existing name, a planted link
-    included) and names to every rank."""
-    announced: list[Any] = [None]
+    included) and names to every rank. Collective; a folder rank 0 cannot make is a CheckpointWriteError
+    on every rank."""
+    announced: list[Any] = [None, None]  # the folder, or the problem
     if is_main:
-        announced[0] = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        os.mkdir(announced[0])
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.mkdir(temporary)
+            announced[0] = temporary
+        except OSError as error:
+            try:
+                raise_if_write_error(error, path)
+            except CheckpointWriteError as problem:
+                announced[1] = str(problem)
+            else:
+                raise
     dist.broadcast_object_list(announced, src=0, group=group)
+    if announced[1]:
+        raise CheckpointWriteError(announced[1])
     return announced[0]
 
 
 def discard_failed_write(error: BaseException, *, temporary: pathlib.Path, path: pathlib.Path,
                          is_main: bool) -> NoReturn:
-    """Removes the temporary folder of a failed sharded write; raises CheckpointWriteError for a full disk."""
+    """Removes the temporary folder of a failed sharded write; raises CheckpointWriteError for a full disk
+    or an unwritable folder."""
     if is_main:
         shutil.rmtree(temporary, ignore_errors=True)
-    raise_if_out_of_space(error, path)
+    raise_if_write_error(error, path)
     raise error
 
 
@@ -152,11 +180,15 @@ def make_visible(state: dict[str, Any], *, temporary: pathlib.Path, path: pathli
     problem: list[str | None] = [None]
     if is_main:
         try:
-            save_checkpoint_atomically({key: value for key, value in state.items() if key not in SHARDED_KEYS},
-                                       temporary / TRAINING_STATE_FILE)
-            fsync_directory(temporary)
-            os.rename(temporary, path)
-            fsync_directory(path.parent)
+            try:
+                save_checkpoint_atomically({key: value for key, value in state.items() if key not in SHARDED_KEYS},
+                                           temporary / TRAINING_STATE_FILE)
+                fsync_directory(temporary)
+                os.rename(temporary, path)
+                fsync_directory(path.parent)
+            except OSError as error:  # the rename into a folder that became unwritable, say
+                raise_if_write_error(error, path)
+                raise
         except CheckpointWriteError as error:
             shutil.rmtree(temporary, ignore_errors=True)
             problem[0] = str(error).replace(str(temporary / TRAINING_STATE_FILE), str(path))
@@ -166,35 +198,52 @@ def make_visible(state: dict[str, Any], *, temporary: pathlib.Path, path: pathli
 
 
 class ShardWriter(dcp.FileSystemWriter):
-    """torch.distributed.checkpoint's file writer, except that a full disk reaches every rank as an OSError.
+    """torch.distributed.checkpoint's file writer, except that a refused write (a full disk, a folder that
+    became unwritable) reaches every rank as an OSError.
 
     DCP sends each rank's exception to the others pickled, which drops its chain of causes; torch.save's
     zip writer reports a failed write as a RuntimeError ("unexpected pos ..."), so the OSError that says
-    "no space left" would be lost. Raising it directly, with its errno, keeps it.
+    "no space left" or "permission denied" would be lost. Raising it directly, with its errno, keeps it.
     """
 
     def write_data(self, plan: Any, planner: Any) -> Any:
         try:
             return super().write_data(plan, planner)
         except Exception as error:
-            cause = out_of_space_cause(error)
+            cause = write_error_cause(error)
             if cause is None:
                 raise
             raise OSError(cause.errno, cause.strerror) from error
 
 
 def remove_old_checkpoints(ckpt_dir: pathlib.Path, keep: int, saved_step: int) -> None:
-    """Deletes all but the KEEP newest checkpoints up to SAVED_STEP, and temporary files of earlier crashes.
+    """Deletes all but the KEEP newest checkpoints up to SAVED_STEP; temporary files are never touched
+    here (remove_temporaries does that once, at the start, under the folder's lock).
 
     Checkpoints numbered above the one just saved are left alone: they can only be files this run could
     not read (moved aside when it started) or another job's, and counting them would delete what we saved.
     """
     ours = [path for path in list_checkpoints_newest_first(ckpt_dir) if checkpoint_step(path) <= saved_step]
-    for stale in [*ours[keep:], *ckpt_dir.glob(".step_*.tmp")]:
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
+    for stale in ours[keep:]:
+        remove(stale)
+
+
+def remove_temporaries(ckpt_dir: pathlib.Path) -> None:
+    """Deletes the temporary files and folders of saves that crashed. Only the holder of the folder's lock
+    (trainer.folder_lock) may call it, before its own first save: then no live job owns any of them."""
+    for stale in ckpt_dir.glob(".step_*.tmp"):
+        remove(stale)
+
+
+def remove(path: pathlib.Path) -> None:
+    """Deletes the file or folder PATH (a link, not what it points at); one that cannot go stays."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
         else:
-            stale.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass  # an unwritable folder: the next save says so in one line; pruning is no reason to stop
 
 
 class IncompatibleCheckpoint(Exception):

@@ -34,6 +34,13 @@ FIXED_SETTINGS = {"activation_function": ("gelu_new", "gelu_pytorch_tanh"), "lay
 TIED_HEAD = "lm_head.weight"
 MASK_BUFFER = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
 CUSTOM_NAME = re.compile(r"^gpt2-(\d+)l-(\d+)h-(\d+)w-(\d+)p$")  # a pretrained shape that is none of GPT_SIZES
+LAYER_TENSOR = re.compile(r"^h\.(\d+)\.")
+# The numbers of config.json that size the model, and the range each may take: checked before anything
+# is built, since a shape is built (on the meta device) to check the weights, and n_layer 1e7 would
+# take minutes and gigabytes to get there. The ranges hold every GPT-2 and far larger models; the
+# vocabulary is bounded by the uint16 token files the trainer reads.
+SHAPE_SETTINGS = {"n_layer": (1, 1024), "n_head": (1, 1024), "n_embd": (1, 65536), "n_positions": (1, 1 << 20),
+                  "vocab_size": (2, 65536)}
 
 
 class PretrainedError(Exception):
@@ -46,6 +53,12 @@ def read_shape(folder: pathlib.Path) -> tuple[GPTShape, int]:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError) as error:
         raise PretrainedError(f"--init-from {folder}: cannot read config.json ({error})") from None
+    except RecursionError:  # json's parser recurses once per level of nesting
+        raise PretrainedError(f"--init-from {folder}: config.json is nested too deeply to be a model's "
+                              "config") from None
+    if not isinstance(config, dict):
+        raise PretrainedError(f"--init-from {folder}: config.json holds a JSON {type(config).__name__}, not "
+                              "an object of settings")
     if config.get("model_type") != "gpt2":
         raise PretrainedError(f"--init-from {folder}: config.json has model_type {config.get('model_type')!r}; "
                               "only GPT-2 (model_type gpt2) folders can be loaded")
@@ -53,6 +66,12 @@ def read_shape(folder: pathlib.Path) -> tuple[GPTShape, int]:
         if config.get(setting, supported[0]) not in supported:
             raise PretrainedError(f"--init-from {folder}: config.json sets {setting} to {config[setting]!r}, "
                                   f"which this trainer's GPT-2 does not have (it has {supported[0]!r})")
+    for setting, (low, high) in SHAPE_SETTINGS.items():
+        value = config.get(setting)
+        if type(value) is not int or not low <= value <= high:  # type(): true and 2.0 are no layer counts
+            found = "no value" if setting not in config else repr(value)
+            raise PretrainedError(f"--init-from {folder}: config.json's {setting} must be a whole number from "
+                                  f"{low} to {high}, and it is {found}")
     if config["n_embd"] % config["n_head"]:
         raise PretrainedError(f"--init-from {folder}: n_embd {config['n_embd']} is not a multiple of n_head")
     shape = GPTShape(layers=config["n_layer"], heads=config["n_head"], width=config["n_embd"],
@@ -148,6 +167,11 @@ def check_weights(folder: pathlib.Path, shape: GPTShape, vocab_size: int) -> Non
         found = read_shapes(folder)
     except Exception as error:  # a truncated or foreign file: safetensors and torch.load raise their own kinds
         raise PretrainedError(f"--init-from {folder}: cannot read {file_name} ({error})") from None
+    layers = {int(match[1]) for name in found if (match := LAYER_TENSOR.match(name))}
+    if layers != set(range(shape.layers)):  # before hf_shapes builds anything of SHAPE's size
+        raise PretrainedError(f"--init-from {folder}: config.json says n_layer {shape.layers}, but {file_name} "
+                              f"holds tensors of {len(layers)} layer(s)" + (f" numbered up to {max(layers)}"
+                                                                           if layers else ""))
     expected_shapes = hf_shapes(shape, vocab_size)
     for name, expected in expected_shapes.items():
         if name not in found:

@@ -20,7 +20,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from trainer import prometheus
+from trainer import output, prometheus
 from trainer.distributed import Placement
 
 # Dense bf16 peak of common data-centre GPUs, TFLOP/s; --peak-tflops overrides it. Matched by substring
@@ -81,6 +81,8 @@ class MetricsReporter:
         self.is_main = placement.is_main  # the rank that prints and writes files
         self.metrics = (open(args.metrics_file, "a", buffering=1)  # line-buffered
                         if args.metrics_file and self.is_main else None)
+        if self.metrics:
+            output.also_note_to(self.metrics)  # where a lost stdout and stderr are noted
         self.tensorboard = None
         if args.tensorboard_dir and self.is_main:
             from torch.utils.tensorboard import SummaryWriter  # optional dependency, checked up front
@@ -100,7 +102,12 @@ class MetricsReporter:
         if self.is_main:
             print(self.progress_line(record), flush=True)
         if self.metrics:
-            self.metrics.write(json.dumps(record) + "\n")
+            try:
+                self.metrics.write(json.dumps(record) + "\n")
+            except OSError as error:  # a full disk: the file's records stop, training goes on
+                self.metrics = None
+                output.note(f"train_ddp.py: warning: --metrics-file cannot be written ({error.strerror}); "
+                            f"its records are dropped from step {state.step} on and training goes on")
         if self.tensorboard:
             for name, value in record.items():
                 if name not in ("step", "memory_gib_per_rank"):
@@ -141,6 +148,9 @@ class MetricsReporter:
 
     def close(self) -> None:
         if self.metrics:
-            self.metrics.close()
+            try:
+                self.metrics.close()
+            except OSError:
+                pass  # the last buffered record met a full disk: already lost, and no reason to fail now
         if self.tensorboard:
             self.tensorboard.close()

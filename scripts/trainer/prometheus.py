@@ -18,9 +18,9 @@ the training loop calls `step_finished(step)` and friends without passing an obj
 is a no-op in processes that serve nothing. The cost per step is one histogram observation and a gauge
 update, a few microseconds (BENCHMARKS.md, "Prometheus metrics").
 
-/metrics has no authentication and listens on --prometheus-address (every interface by default). Each
-connection gets a thread, so a client that sends nothing is dropped after READ_TIMEOUT_S, silently, and a
-burst of connections waits in a listen queue of LISTEN_BACKLOG instead of being refused.
+/metrics has no authentication and listens on --prometheus-address (every interface by default). The
+server (trainer/metrics_server.py) gives each connection a total deadline and no thread of its own, so
+no client, however slow, can cost the trainer threads or time.
 """
 from __future__ import annotations
 
@@ -28,54 +28,15 @@ import errno
 import math
 import os
 import socket
-import socketserver
-import sys
-import threading
 import time
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from trainer.distributed import Placement
+from trainer.metrics_server import serve_registry
 
 LABELS = ("training_job", "node", "rank")
 # From a small CNN on a CPU (milliseconds) to a large model's step on many GPUs (a minute).
 STEP_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, math.inf)
-READ_TIMEOUT_S = 10  # a scrape sends its request at once; Prometheus's own default scrape timeout is 10 s
-LISTEN_BACKLOG = 128  # socketserver's default of 5 refuses a burst of scrapers and health checks
-
-
-class MetricsHandler(WSGIRequestHandler):
-    """One scrape: the socket times out after READ_TIMEOUT_S (StreamRequestHandler applies `timeout`),
-    and nothing is logged, since a scrape every few seconds would fill the trainer's output."""
-
-    timeout = READ_TIMEOUT_S
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class names it so)
-        pass
-
-
-class MetricsServer(socketserver.ThreadingMixIn, WSGIServer):
-    """A thread per connection, daemonic so that the trainer never waits for a scraper to exit."""
-
-    daemon_threads = True
-    request_queue_size = LISTEN_BACKLOG
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that timed out or hung up is no fault of the trainer's: no traceback in its output."""
-        if not isinstance(sys.exc_info()[1], OSError):  # socket timeouts are OSErrors too
-            super().handle_error(request, client_address)
-
-
-def start_metrics_server(registry: Any, address: str, port: int) -> MetricsServer:
-    """Serves REGISTRY's exposition at http://ADDRESS:PORT/metrics from a daemon thread."""
-    from prometheus_client import make_wsgi_app
-
-    server_class = type("MetricsServer", (MetricsServer,),
-                        {"address_family": socket.AF_INET6 if ":" in address else socket.AF_INET})
-    server = server_class((address, port), MetricsHandler)
-    server.set_app(make_wsgi_app(registry))
-    threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True).start()
-    return server
 
 
 class TrainingExporter:
@@ -121,7 +82,7 @@ class TrainingExporter:
         # The histogram leaves out the first step after a start or resume, which includes start-up work
         # (DataLoader workers, compile).
         self.last_step_time: float | None = None
-        self.server = start_metrics_server(self.registry, address, port)
+        self.server = serve_registry(self.registry, address, port)
 
     def set(self, family: Any, value: float) -> None:
         """Sets FAMILY's series for our labels; the series is looked up once, as this runs every step."""

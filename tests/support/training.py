@@ -22,20 +22,21 @@ RUN_TIMEOUT_S = 120
 IMAGE_SCRIPTS_DIR = "/opt/scripts"
 ENV = "OMP_NUM_THREADS=1"
 
-# Runs train_ddp.main() unchanged, but also saves each rank's own parameters when the trainer saves
-# its final checkpoint, so a test can compare the ranks (a checkpoint holds rank 0's copy only).
+# Runs train_ddp.main() unchanged, but also saves each rank's own parameters whenever the trainer saves
+# a checkpoint, so a test can compare the ranks (a checkpoint holds rank 0's copy only).
 PER_RANK_DUMP = """
 import os, sys
 import torch
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 sys.path.insert(0, sys.argv.pop(1))
 import train_ddp
-save_training_state = train_ddp.save_training_state
-def save_and_dump_this_rank(state, saver):
-    save_training_state(state, saver)
-    parameters = {name: tensor.cpu() for name, tensor in get_model_state_dict(state.model).items()}
-    torch.save(parameters, state.args.ckpt_dir / f"rank{os.environ.get('RANK', '0')}_params.pt")
-train_ddp.save_training_state = save_and_dump_this_rank
+from trainer.checkpointer import Checkpointer
+save = Checkpointer.save
+def save_and_dump_this_rank(checkpointer, **options):
+    save(checkpointer, **options)
+    parameters = {name: tensor.cpu() for name, tensor in get_model_state_dict(checkpointer.state.model).items()}
+    torch.save(parameters, checkpointer.ckpt_dir / f"rank{os.environ.get('RANK', '0')}_params.pt")
+Checkpointer.save = save_and_dump_this_rank
 sys.exit(train_ddp.main(sys.argv[1:]))
 """
 

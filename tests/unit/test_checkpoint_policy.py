@@ -20,7 +20,7 @@ import torch.distributed.checkpoint as dcp
 
 from trainer.checkpoint import (TRAINING_STATE_FILE, IncompatibleCheckpoint, checkpoint_path,
                                 list_checkpoints_newest_first, load_newest_checkpoint, missing_shard,
-                                remove_old_checkpoints)
+                                remove_old_checkpoints, remove_temporaries)
 from trainer.config import describe_model_change
 from trainer.data import ResumableDistributedSampler
 
@@ -48,12 +48,17 @@ def test_checkpoints_are_listed_newest_first_files_and_folders_alike(tmp_path):
         "step_000100.pt", "step_000020", "step_000005.pt"]
 
 
-def test_pruning_keeps_the_newest_and_removes_temporaries_of_crashed_saves(tmp_path):
+def test_pruning_keeps_the_newest_and_leaves_temporaries_to_the_start(tmp_path):
+    """A temporary file may be another live job's write in flight: only the start, holding the folder's
+    lock, removes them (remove_temporaries)."""
     make_checkpoints(tmp_path, [10, 20, 30], sharded=False)
     make_checkpoints(tmp_path, [40], sharded=True)
     (tmp_path / ".step_000050.pt.ab12cd34.tmp").write_bytes(b"half")
     (tmp_path / ".step_000050.ab12cd34.tmp").mkdir()
     remove_old_checkpoints(tmp_path, keep=2, saved_step=40)
+    assert names(tmp_path) == [".step_000050.ab12cd34.tmp", ".step_000050.pt.ab12cd34.tmp", "step_000030.pt",
+                               "step_000040"]
+    remove_temporaries(tmp_path)
     assert names(tmp_path) == ["step_000030.pt", "step_000040"]
 
 

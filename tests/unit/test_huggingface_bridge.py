@@ -88,6 +88,36 @@ def test_a_folder_that_does_not_fit_is_one_line_naming_the_tensor_or_setting(gpt
     assert len(errors) == 1 and message in errors[0], errors
 
 
+@pytest.mark.parametrize("config_text, message", [
+    ('{"n_layer": 10000000}', "config.json's n_layer must be a whole number from 1 to 1024, and it is 10000000"),
+    ('{"n_embd": 1000000000}', "n_embd must be a whole number from 1 to 65536, and it is 1000000000"),
+    ('{"n_head": 0}', "n_head must be a whole number from 1 to 1024, and it is 0"),
+    ('{"n_layer": 2.0}', "n_layer must be a whole number from 1 to 1024, and it is 2.0"),
+    ('{"n_layer": -1}', "and it is -1"),
+    ('{"n_layer": true}', "and it is True"),
+    ('{"n_layer": "2"}', "and it is '2'"),
+    ('{"n_positions": null}', "n_positions must be a whole number from 1 to 1048576, and it is None"),
+    ('{"vocab_size": "remove"}', "vocab_size must be a whole number from 2 to 65536, and it is no value"),
+    ('{"n_layer": 3}', "config.json says n_layer 3, but model.safetensors holds tensors of 2 layer(s) numbered up"),
+    ("[1, 2]", "config.json holds a JSON list, not an object of settings"),
+    ('"gpt2"', "config.json holds a JSON str, not an object"),
+    ("[" * 100000 + "]" * 100000, "config.json is nested too deeply"),
+])
+def test_config_json_numbers_are_checked_before_anything_is_built(gpt2_folder, tmp_path, capsys, config_text,
+                                                                   message):
+    """Each case took minutes and gigabytes (n_layer 1e7), a traceback or a misleading line (issue 27, item 8)."""
+    folder = copy_with_config(gpt2_folder, tmp_path / "changed")
+    if config_text.startswith("{"):
+        changes = json.loads(config_text)
+        config = {**json.loads((gpt2_folder / "config.json").read_text()), **changes}
+        config_text = json.dumps({key: value for key, value in config.items() if value != "remove"})
+    (folder / "config.json").write_text(config_text)
+    with pytest.raises(SystemExit):
+        parse_config(["--init-from", str(folder), "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and message in errors[0], errors
+
+
 def test_the_folder_decides_the_model_so_model_and_vocab_size_are_refused(gpt2_folder, tmp_path, capsys):
     args = parse_config(["--init-from", str(gpt2_folder), "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
     assert (args.model, args.vocab_size, args.seq_len) == ("gpt2-2l-4h-64w-128p", 50257, 128)

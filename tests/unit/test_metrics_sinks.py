@@ -20,7 +20,7 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainer import prometheus
+from trainer import metrics_server, prometheus
 from trainer.distributed import Placement
 from trainer.metrics import MetricsReporter, RankTotals
 
@@ -34,12 +34,11 @@ def free_port() -> int:
 @pytest.fixture
 def exporter(monkeypatch) -> Iterator[prometheus.TrainingExporter]:
     """This process's /metrics on 127.0.0.1, as local rank 0 of a 2-rank job serves it."""
-    monkeypatch.setattr(prometheus.MetricsHandler, "timeout", 0.5)  # the read timeout, shortened for the test
+    monkeypatch.setattr(metrics_server, "REQUEST_DEADLINE_S", 0.5)  # the deadline, shortened for the test
     monkeypatch.setattr(prometheus, "_exporter", None)
     prometheus.serve("127.0.0.1", free_port(), Placement(rank=0, local_rank=0, world_size=2))
     yield prometheus._exporter
-    prometheus._exporter.server.shutdown()
-    prometheus._exporter.server.server_close()
+    prometheus._exporter.server.close()
 
 
 def scrape(exporter: prometheus.TrainingExporter) -> dict[str, float]:
@@ -69,7 +68,7 @@ def test_the_json_line_and_the_exposition_show_the_same_report(exporter, tmp_pat
     assert exposed["trainer_mfu_ratio"] == record["mfu"] == pytest.approx(record["samples_per_sec"] * 1e9 / 2e12)
 
 
-def test_a_client_that_sends_nothing_is_dropped_after_the_read_timeout(exporter, capfd):
+def test_a_client_that_sends_nothing_is_dropped_at_the_deadline(exporter, capfd):
     with socket.create_connection(exporter.server.server_address[:2], timeout=10) as silent:
         started = time.monotonic()
         assert silent.recv(1024) == b""  # the server closed it
@@ -80,4 +79,4 @@ def test_a_client_that_sends_nothing_is_dropped_after_the_read_timeout(exporter,
 
 def test_it_listens_on_the_address_it_is_given(exporter):
     assert exporter.server.server_address[0] == "127.0.0.1"
-    assert exporter.server.request_queue_size >= 128  # the listen queue, larger than socketserver's 5
+    assert metrics_server.LISTEN_BACKLOG >= 128  # the listen queue, larger than socketserver's 5

@@ -1,0 +1,69 @@
+"""One --ckpt-dir, one job; and a folder that stops being writable mid-run (issue 27, items 10 and 11).
+
+    make test PYTEST_ARGS=tests/trainer/test_checkpoint_folder.py
+    TORCH_TESTS_ON_HOST=1 IMAGE_UNDER_TEST=none .venv-test/bin/python -m pytest tests/trainer/test_checkpoint_folder.py
+
+A second job in a live job's folder used to prune the first one's checkpoint mid-write, which then died
+(FileNotFoundError ... .tmp/.metadata.tmp); a folder made unwritable mid-run ended in a PermissionError
+traceback on one rank and gloo's "connection closed" on the other.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.support.training import (SIGTERM_TO_THE_WORKERS, TINY_RUN, interrupt_when_step_logged, make_workdir,
+                                    trainer_command)
+
+GPT_RUN = "--model gpt-tiny --seq-len 32 --batch-size 4 --warmup-steps 5 --log-every 1 --parallel fsdp"
+
+
+@pytest.fixture
+def workdir(torch_host):
+    path = make_workdir(torch_host)
+    yield path
+    torch_host.run(f"chmod -R u+w {path}; rm -rf {path}")
+
+
+def test_a_second_job_in_a_live_jobs_folder_is_refused_with_one_line_naming_it(torch_host, scripts_dir, workdir):
+    # A long timeout: under load the second job's start (importing torch) alone can take a minute.
+    first = (f"{trainer_command(scripts_dir=scripts_dir, timeout_s=600)} {TINY_RUN} --max-steps 2000 "
+             f"--save-every 2 --keep 1 --num-workers 0 --ckpt-dir {workdir}/ckpt --metrics-file {workdir}/first.jsonl")
+    second = (f"{trainer_command(nproc=None, scripts_dir=scripts_dir)} {TINY_RUN} --max-steps 4 --num-workers 0 "
+              f"--ckpt-dir {workdir}/ckpt")
+    # Once the first job saves every other step, the second starts in its folder; then the first is stopped.
+    during = f"{second} > {workdir}/second.out 2> {workdir}/second.err; echo $? > {workdir}/second.rc; " \
+             f"{SIGTERM_TO_THE_WORKERS}"
+    status, _, log = interrupt_when_step_logged(torch_host, first, workdir, "first", 5, during)
+    assert status == 0 and "Traceback" not in log, log  # the first job lost nothing to the second
+    assert torch_host.file(f"{workdir}/second.rc").content_string.strip() == "2"
+    errors = torch_host.file(f"{workdir}/second.err").content_string.strip().splitlines()
+    host = torch_host.check_output("hostname")
+    assert len(errors) == 1 and re.fullmatch(
+        rf"train_ddp\.py: error: --ckpt-dir {workdir}/ckpt is in use by another training job \(pid \d+ on "
+        rf"{re.escape(host)}, torchrun job \S+, since \S+\): let it finish or stop it, or give this job another "
+        rf"--ckpt-dir", errors[0]), errors
+    stop_step = int(re.search(r"stopped by SIGTERM at step (\d+)/", log)[1])
+    assert torch_host.check_output(f"ls -A {workdir}/ckpt") == f"step_{stop_step:06d}.pt"  # and the lock is gone
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_a_folder_made_unwritable_mid_run_ends_every_rank_with_the_same_one_line(torch_host, scripts_dir, workdir,
+                                                                                  parallel):
+    if torch_host.user().uid == 0:
+        pytest.skip("root writes through any permission: run it as the image's user (make test)")
+    flags = GPT_RUN if parallel == "fsdp" else TINY_RUN
+    command = (f"{trainer_command(scripts_dir=scripts_dir)} {flags} --max-steps 2000 --save-every 20 "
+               f"--num-workers 0 --ckpt-dir {workdir}/ckpt --metrics-file {workdir}/run.jsonl")
+    # chmod at step 2: the first save, at step 20, meets a folder it cannot write
+    status, _, log = interrupt_when_step_logged(torch_host, command, workdir, "run", 2, f"chmod a-w {workdir}/ckpt")
+    assert status == 1, log
+    name = "step_000020" if parallel == "fsdp" else "step_000020.pt"
+    lines = [line for line in log.splitlines() if line.startswith("train_ddp.py: error:")]
+    assert lines == [f"train_ddp.py: error: cannot write {workdir}/ckpt/{name} (Permission denied); make --ckpt-dir "
+                     "writable again, or point it at another folder, and run the same command to resume from the "
+                     "last checkpoint"], log
+    # torchrun's agent reports the failed workers with a traceback of its own (ChildFailedError); no worker does,
+    # and no rank is left to time out in a collective.
+    assert log.count("Traceback") == 1 and "ChildFailedError" in log and "Connection closed" not in log, log
