@@ -26,7 +26,7 @@ from tests.support.waiting import wait_until
 
 PIPELINE = REPO_ROOT / "tools" / "pipeline" / "gate_and_submit.sh"
 TRAINING = shlex.split(f"{TINY_MODEL} --batch-size 8 --num-workers 0 --device cpu --log-every 5 --save-every 0 "
-                       "--max-steps 60")
+                       "--max-steps 30")
 CONTAINER_USER_ID = 1000  # the image's user dev, whom a job submitted by root runs as
 
 
@@ -79,7 +79,7 @@ def test_a_pushed_image_is_gated_submitted_by_digest_and_completes_after_a_reque
     output = tmp_path / "job.out"
     pipeline = start_pipeline(slurm, f"{registry}/pytorch-dev-pipeline:candidate", checkpoint_dir(tmp_path), output)
     try:
-        wait_until(lambda: output.exists() and "step 10/60" in output.read_text(), GATE_TIMEOUT_S, interval=1,
+        wait_until(lambda: output.exists() and "step 10/30" in output.read_text(), GATE_TIMEOUT_S, interval=1,
                    failure=lambda: f"the job never reached step 10: {output.read_text() if output.exists() else ''}"
                                    f"{pipeline.stderr.read() if pipeline.poll() is not None else ''}")
         job = jobs(slurm)[0]
@@ -93,12 +93,12 @@ def test_a_pushed_image_is_gated_submitted_by_digest_and_completes_after_a_reque
     assert pipeline.returncode == 0, stdout + stderr[-4000:] + output.read_text()[-4000:]
     assert "regression: PASSED" in stdout + stderr, stdout + stderr[-4000:]
     assert f"submitted Slurm job {job}: {digest_reference}, docker mode" in stdout
-    assert f"Slurm job {job} COMPLETED; final metrics: step 60" in stdout
+    assert f"Slurm job {job} COMPLETED; final metrics: step 30" in stdout
     text = output.read_text()
     assert f"running {digest_reference} with docker" in text, text[-4000:]
     first_run, _, second_run = text.partition(f"job {job} (restart 1)")
     assert "stopped by SIGTERM at step" in first_run, first_run[-4000:]
-    assert "resumed from" in second_run and "done: 60 steps" in second_run, second_run[-4000:]
+    assert "resumed from" in second_run and "done: 30 steps" in second_run, second_run[-4000:]
 
 
 def test_a_drifted_image_fails_the_gate_and_nothing_is_submitted(cpu_image, registry, slurm, tmp_path):

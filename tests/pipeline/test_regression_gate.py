@@ -13,7 +13,7 @@ import pytest
 
 from tests.support import REPO_ROOT
 from tests.support.containers import docker, free_port
-from tests.support.pipeline import build_drifted_image, make_regression
+from tests.support.pipeline import build_drifted_image, make_regression, own_error_lines
 
 BASELINE = REPO_ROOT / "tools" / "regression" / "baselines" / "cpu-cpu.json"
 
@@ -56,7 +56,8 @@ def test_a_baseline_of_another_device_is_refused_in_one_line(cpu_image, tmp_path
     (tmp_path / "gpu.json").write_text(json.dumps(other))
     result = make_regression(cpu_image, f"BASELINE={tmp_path / 'gpu.json'}")
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "is for the cpu flavor on gpu, this is the cpu flavor on cpu" in result.stderr
+    lines = own_error_lines(result.stderr)
+    assert len(lines) == 1 and "is for the cpu flavor on gpu, this is the cpu flavor on cpu" in lines[0], result.stderr
 
 
 @pytest.mark.parametrize(("reference", "message"), [
@@ -67,4 +68,5 @@ def test_an_image_that_cannot_be_resolved_ends_in_one_line(cpu_image, reference,
     port = free_port()  # reserved and never served: nothing answers there
     result = make_regression(reference.format(port=port))
     assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and message.format(port=port) in result.stderr, result.stderr
+    lines = own_error_lines(result.stderr)
+    assert len(lines) == 1 and message.format(port=port) in lines[0], result.stderr

@@ -29,6 +29,11 @@ def run_tool(*command: str, timeout: float = GATE_TIMEOUT_S, env: dict[str, str]
                           env={**environment_without_make(), **(env or {})})
 
 
+def own_error_lines(stderr: str) -> list[str]:
+    """The lines a tool wrote to stderr, less make's own `make: *** [...] Error N` after a failed recipe."""
+    return [line for line in stderr.splitlines() if line.strip() and not line.startswith("make: ***")]
+
+
 def make_regression(image: str, *variables: str) -> subprocess.CompletedProcess:
     return run_tool("make", "-s", "--no-print-directory", "regression", f"IMAGE={image}", *variables)
 

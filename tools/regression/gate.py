@@ -23,6 +23,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -174,6 +175,7 @@ def record(args: argparse.Namespace) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     image, identity, flavor = target(args)
     device = detect_device(args)
     path = baseline_path(args, flavor, device)
@@ -190,7 +192,8 @@ def check(args: argparse.Namespace) -> int:
     passed = all(result.passed for result in results)
     report_dir = pathlib.Path(args.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    report = {"image": identity, "flavor": flavor, "device": device, "baseline": str(path.name),
+    seconds = round(time.monotonic() - started, 1)
+    report = {"image": identity, "flavor": flavor, "device": device, "baseline": str(path.name), "seconds": seconds,
               "environment": environment, "baseline_recorded": baseline["recorded"], "passed": passed,
               "checks": [result.record() for result in results], "runs": runs}
     (report_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -199,7 +202,7 @@ def check(args: argparse.Namespace) -> int:
                     [(runs.get(name, {}).get("losses", {}), expected["losses"], loss_passed.get(name, False))
                      for name, expected in baseline["runs"].items()])
     failed = [f"{result.run} {result.check}" for result in results if not result.passed]
-    print(f"regression: {'PASSED' if passed else 'FAILED: ' + ', '.join(failed)} ({len(results)} checks); "
+    print(f"regression: {'PASSED' if passed else 'FAILED: ' + ', '.join(failed)} ({len(results)} checks, {seconds} s); "
           f"report {report_dir / 'report.json'}, curves {report_dir / 'loss-curves.png'}")
     return 0 if passed else 1
 
