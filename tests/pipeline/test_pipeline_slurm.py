@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from tests.support import REPO_ROOT
-from tests.support.containers import docker
+from tests.support.containers import docker, free_port
 from tests.support.local_registry import local_registry
 from tests.support.pipeline import GATE_TIMEOUT_S, build_drifted_image, push, run_tool
 from tests.support.slurm_cluster import SlurmCluster, missing_prerequisite
@@ -63,7 +63,8 @@ def checkpoint_dir(tmp_path: pathlib.Path) -> pathlib.Path:
 
 def start_pipeline(slurm: SlurmCluster, reference: str, ckpt: pathlib.Path, output: pathlib.Path) -> subprocess.Popen:
     env = {**slurm.env, "CKPT_DIR": str(ckpt), "NPROC_PER_NODE": "2", "OMP_NUM_THREADS": "1",
-           "SBATCH_OPTIONS": f"--output={output}", "COSIGN_PUB": ""}
+           "SBATCH_OPTIONS": f"--output={output}", "COSIGN_PUB": "",
+           "RDZV_PORT": str(free_port())}  # not 29500: another suite's job may rendezvous there
     env.pop("MAKEFLAGS", None)
     return subprocess.Popen([str(PIPELINE), reference, "--", *TRAINING], cwd=REPO_ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
