@@ -41,9 +41,11 @@ RUN_TIMEOUT_S = 1800
 # machine, and docs/pipeline.md ("The tolerance") measures how far other CPU kernels move it. GPU: bf16,
 # compiled kernels and non-deterministic reductions; not measured on a GPU here yet.
 DEFAULT_LOSS_RTOL = {"cpu": 1e-3, "gpu": 2e-2}
-# Throughput may fall to this share of the baseline's before the gate fails: generous on CPU, where
-# CI runners are shared and loaded (BENCHMARKS.md measures the spread), tight on a GPU runner of its own.
-DEFAULT_THROUGHPUT_FLOOR = {"cpu": 0.3, "gpu": 0.8}
+# Throughput may fall to this share of the baseline's before the gate fails. On CPU only a collapse
+# (20 times slower: a debug build, a lost BLAS) fails: on a shared 2-core machine the same image ran at
+# 37 and at 2 to 4 samples/s under two levels of load (BENCHMARKS.md, "Regression gate"). A dedicated
+# runner can raise it in its baseline file. Tight on a GPU runner of its own.
+DEFAULT_THROUGHPUT_FLOOR = {"cpu": 0.05, "gpu": 0.8}
 HOW_TO_UPDATE = ("Recorded by `make baseline IMAGE=REF` (tools/regression/gate.py record) on a machine of this "
                  "device kind, with nothing else running. A new baseline is a reviewed change: it redefines what "
                  "correct training is for every image after it, so its diff (losses, torch version, machine) is "
