@@ -45,7 +45,9 @@ def test_a_drifted_image_fails_naming_the_loss_check(cpu_image, tmp_path):
         result = make_regression(drifted, f"REGRESSION_DIR={tmp_path / 'report'}")
     finally:
         docker("image", "rm", drifted, check=False)
-    assert result.returncode == 1, result.stdout + result.stderr[-4000:]
+    # make exits 2 whenever its recipe fails; the gate's own status 1 (a check failed, not bad input) is in
+    # make's line.
+    assert result.returncode == 2 and "regression] Error 1" in result.stderr, result.stdout + result.stderr[-4000:]
     assert "FAIL cnn-ddp loss: largest relative deviation" in result.stdout, result.stdout
     assert "FAILED: cnn-ddp loss" in result.stdout
     assert not json.loads((tmp_path / "report" / "report.json").read_text())["passed"]
