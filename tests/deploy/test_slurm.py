@@ -92,7 +92,11 @@ def test_a_requeued_job_checkpoints_on_sigterm_resumes_and_finishes_cleanly(slur
 @pytest.mark.parametrize(("env", "message"), [
     ({}, "run me with sbatch"),
     ({"SLURM_JOB_ID": "7"}, "set CKPT_DIR"),
-    ({"SLURM_JOB_ID": "7", "CKPT_DIR": "/tmp", "LAUNCH_MODE": "docker"}, "LAUNCH_MODE=docker is not a mode"),
+    ({"SLURM_JOB_ID": "7", "CKPT_DIR": "/tmp", "LAUNCH_MODE": "enroot"}, "LAUNCH_MODE=enroot is not a mode"),
+    ({"SLURM_JOB_ID": "7", "CKPT_DIR": "/tmp", "LAUNCH_MODE": "docker", "CONTAINER_IMAGE": "pytorch-dev:gpu-latest"},
+     "docker mode: set CONTAINER_IMAGE to a digest"),
+    ({"SLURM_JOB_ID": "7", "CKPT_DIR": "/tmp", "LAUNCH_MODE": "podman", "CONTAINER_IMAGE": "x@sha256:abc"},
+     "podman mode: set CONTAINER_IMAGE to a digest"),
     ({"SLURM_JOB_ID": "7", "CKPT_DIR": "/tmp", "LAUNCH_MODE": "pyxis"}, "pyxis mode: set CONTAINER_IMAGE"),
 ])
 def test_a_misconfigured_job_stops_with_one_clear_line(env, message):
