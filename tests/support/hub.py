@@ -100,7 +100,7 @@ def running_hub(image: str, folder: pathlib.Path, **settings: str) -> Iterator[H
         wait_until(lambda: hub_answers(hub), 120, failure=hub.logs)
         yield hub
     finally:
-        users = (*USERS, *hub.passwords)
+        users = {ADMIN, *USERS, *hub.passwords}
         for user in users:
             docker("rm", "--force", f"{run}-{user}", check=False)
         compose("--project-name", run, "down", "--volumes", files=files, env=env)
@@ -133,11 +133,12 @@ def sign_up(hub: Hub, user: str, password: str) -> requests.Response:
         "username": user, "signup_password": password, "signup_password_confirmation": password, "_xsrf": xsrf})
 
 
-def try_log_in(hub: Hub, user: str, password: str) -> tuple[requests.Session, requests.Response]:
-    """Posts the hub's login form, as a browser does."""
+def try_log_in(hub: Hub, user: str, password: str, then: str = "") -> tuple[requests.Session, requests.Response]:
+    """Posts the hub's login form, as a browser does; THEN is the page to go to (the default spawns the
+    user's server)."""
     session = requests.Session()
     xsrf = form_xsrf(session, hub.url + "hub/login")
-    response = session.post(hub.url + "hub/login", timeout=60,
+    response = session.post(hub.url + "hub/login" + (f"?next={then}" if then else ""), timeout=60,
                             data={"username": user, "password": password, "_xsrf": xsrf})
     return session, response
 
@@ -147,9 +148,10 @@ def logged_in(response: requests.Response) -> bool:
 
 
 def log_in(hub: Hub, user: str, password: str | None = None) -> requests.Session:
-    """USER logged in (the admin with the password of HUB_ADMIN_PASSWORD_FILE)."""
+    """USER logged in, their server spawning; the admin (with the password of HUB_ADMIN_PASSWORD_FILE)
+    logged in on the authorization page, without a server."""
     password = password or (hub.admin_password if user == ADMIN else hub.passwords[user])
-    session, response = try_log_in(hub, user, password)
+    session, response = try_log_in(hub, user, password, "/hub/authorize" if user == ADMIN else "")
     assert logged_in(response), (response.status_code, response.url, response.text[-2000:])
     return session
 
