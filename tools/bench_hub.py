@@ -1,6 +1,7 @@
-"""BENCHMARKS.md "JupyterHub": seconds from a user's login on the hub's page to their JupyterLab page
-answering through the hub's proxy (the spawn of their container included), and the memory each idle
-user container holds, for the users of tests/team/test_jupyterhub.py.
+"""BENCHMARKS.md "JupyterHub": seconds from a user's login on the hub's page (the shipped authenticator:
+they signed up and the admin authorized them first, off the clock) to their JupyterLab page answering
+through the hub's proxy (the spawn of their container included), and the memory each idle user
+container holds, for the users of tests/team/test_jupyterhub.py.
 
     CA_BUNDLE=... IMAGE_UNDER_TEST=pytorch-dev:cpu-latest .venv-test/bin/python -m tools.bench_hub
 """
@@ -12,13 +13,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.hub import USERS, log_in, open_jupyterlab, running_hub
+from tests.support.hub import USERS, add_user, log_in, open_jupyterlab, running_hub
 
 IDLE_S = 90  # after the page has loaded: the kernel-less server settles
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as folder, running_hub(os.environ["IMAGE_UNDER_TEST"], Path(folder)) as hub:
+        for user in USERS:
+            add_user(hub, user)
         for user in USERS:
             started = time.monotonic()
             open_jupyterlab(hub, user, log_in(hub, user))

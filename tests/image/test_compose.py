@@ -39,7 +39,7 @@ def test_the_service_bounds_its_processes_on_either_host():
     # A fork bomb fills the container's PID table, not the host's; tests/image/test_stop_at_scale.py
     # shows that the stop path still saves the work then.
     for files in (["compose.yaml"], CPU_FILES):
-        assert compose_config(files)["services"]["dev"]["pids_limit"] == 32768
+        assert compose_config(files)["services"]["dev"]["pids_limit"] == 8192
 
 
 def test_env_example_gives_compose_no_comment_as_a_value():

@@ -1,7 +1,7 @@
 """A real JupyterHub (deploy/jupyterhub: its image, its compose file, its config) with DockerSpawner and
-configurable-http-proxy, spawning one container of the image under test per user. Two users log in on the
-hub's own login page (JupyterHub's DummyAuthenticator stands in for NativeAuthenticator here) and work
-through the hub's proxy, as their browsers would.
+configurable-http-proxy, spawning one container of the image under test per user. Two users sign up on
+the hub's own page, its admin authorizes them, and they log in (the shipped NativeAuthenticator, with
+team_authenticator.py) and work through the hub's proxy, as their browsers would.
 
     make test FLAVOR=cpu PYTEST_ARGS="tests/team/test_jupyterhub.py"
 """
@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from tests.support.containers import docker
-from tests.support.hub import USERS, Hub, JupyterAccess, log_in, open_jupyterlab, running_hub
+from tests.support.hub import USERS, Hub, JupyterAccess, add_user, log_in, open_jupyterlab, running_hub
 from tests.support.jupyter_websockets import run_in_kernel, run_in_terminal
 from tests.support.training import TINY_RUN
 from tests.support.waiting import wait_until
@@ -28,7 +28,9 @@ def hub(image, tmp_path_factory) -> Iterator[Hub]:
 
 @pytest.fixture(scope="module")
 def servers(hub) -> dict[str, JupyterAccess]:
-    """Each user logged in, with their JupyterLab open."""
+    """Each user signed up, authorized by the admin and logged in, with their JupyterLab open."""
+    for user in USERS:
+        add_user(hub, user)
     return {user: open_jupyterlab(hub, user, log_in(hub, user)) for user in USERS}
 
 
@@ -38,6 +40,8 @@ def test_each_user_gets_a_container_of_the_image(hub, servers, image):
         assert container["Config"]["Image"] == image
         assert f"JUPYTERHUB_USER={user}" in container["Config"]["Env"]
         assert container["HostConfig"]["ShmSize"] == 1024 ** 3  # what the hub's SHM_SIZE asked for
+        assert container["HostConfig"]["PidsLimit"] == 8192      # HUB_PIDS_LIMIT's default
+        assert list(container["NetworkSettings"]["Networks"]) == [hub.network_of(user)]
         processes = docker("exec", hub.container_of(user), "ps", "-eo", "user:12,args").stdout
         assert "jupyterhub-singleuser" in processes and "sshd" not in processes  # SSH stays off under a hub
         # The healthcheck finds the server under the hub's prefix (/user/NAME/) and port.
@@ -82,6 +86,18 @@ def test_one_users_cookie_or_token_cannot_reach_the_other_users_server(hub, serv
     headers = {"Authorization": f"token {env}"}
     assert requests.get(hub.url + "user/alice/api/contents", headers=headers, timeout=60).status_code == 200
     assert requests.get(hub.url + "user/bob/api/contents", headers=headers, timeout=60).status_code == 403
+
+
+def test_one_users_container_cannot_reach_the_other_users_ports(hub, servers):
+    bob = json.loads(docker("container", "inspect", hub.container_of("bob")).stdout)[0]
+    bobs_ip = bob["NetworkSettings"]["Networks"][hub.network_of("bob")]["IPAddress"]
+    connect = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)"
+    # The hub's proxy reaches bob's server; alice's container reaches the hub's API, not bob's server.
+    assert docker("exec", hub.container, "python3", "-c", connect, bobs_ip, "8888", check=False).returncode == 0
+    assert docker("exec", hub.container_of("alice"), "python3", "-c", connect, hub.container, "8081",
+                  check=False).returncode == 0
+    to_bob = docker("exec", hub.container_of("alice"), "python3", "-c", connect, bobs_ip, "8888", check=False)
+    assert to_bob.returncode != 0, "alice's container reached bob's server"
 
 
 def test_stopping_a_server_from_the_hub_saves_a_trainer_started_in_its_terminal(hub, servers, image):

@@ -48,3 +48,30 @@ def test_values_become_docker_device_requests(gpus, expected):
 def test_a_bad_mapping_fails_when_the_hub_starts_with_one_line(text):
     with pytest.raises(GpuAssignmentError, match="HUB_GPUS"):
         parse_assignments(text)
+
+
+@pytest.mark.parametrize("text", [
+    '{"users": null}',                       # not an object of names
+    '{"users": []}',
+    '{"groups": "x"}',
+    '{"default": "all,none"}',               # words are not device ids
+    '{"users": {"alice": "-"}}',
+    '{"users": {"alice": "0,,1"}}',
+    '{"users": {"alice": 1, "Alice": 2}}',   # one user twice, once folded
+])
+def test_a_mapping_docker_would_refuse_at_each_spawn_fails_at_start(text):
+    with pytest.raises(GpuAssignmentError, match="HUB_GPUS"):
+        parse_assignments(text)
+
+
+def test_user_keys_are_folded_to_lowercase_with_a_warning_and_group_keys_are_kept():
+    warnings: list[str] = []
+    assignments = parse_assignments('{"users": {"Alice": "none", "bob": 1}, "groups": {"ML": "all"}}', warnings.append)
+    assert gpus_for(assignments, "alice", []) == "none"  # JupyterHub's alice, who logged in as Alice
+    assert gpus_for(assignments, "carol", ["ML"]) == "all"
+    assert warnings == ["HUB_GPUS user 'Alice' is read as 'alice': JupyterHub folds user names to lowercase"]
+
+
+@pytest.mark.parametrize("gpus", ["0:1", "MIG-5f2c1a9e-0b7d", "GPU-5f2c1a9e-0b7d,1"])
+def test_mig_and_uuid_device_ids_are_device_ids(gpus):
+    assert device_requests(gpus)[0]["device_ids"] == gpus.split(",")
