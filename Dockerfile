@@ -133,7 +133,8 @@ EXPOSE ${JUPYTER_CONTAINER_PORT} ${SSH_CONTAINER_PORT}
 # Every 5 s, so `docker compose up --wait` returns seconds after sshd and JupyterLab answer. (A start
 # interval would be neater but needs Docker Engine 25; the probe is silent, so 5 s costs nothing.)
 HEALTHCHECK --interval=5s --timeout=5s --start-period=60s --retries=3 CMD ["/usr/local/bin/healthcheck"]
-# tini reaps zombies and, with -g, forwards SIGTERM to every process of the group (sshd, jupyter).
+# tini reaps zombies and, with -g, passes SIGTERM to the entrypoint's process group: the entrypoint alone,
+# as sshd, JupyterLab and the user's work run in sessions of their own (the entrypoint stops them, stop.sh).
 ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/usr/local/bin/entrypoint.sh"]
 # The services; further arguments go to JupyterLab. JupyterHub's DockerSpawner builds its command from
 # the CMD (and fails on an image without one).
