@@ -139,7 +139,8 @@ EXPOSE ${JUPYTER_CONTAINER_PORT} ${SSH_CONTAINER_PORT}
 # ignore it and probe every 5 s from the start. The probe logs nothing, so the fast start costs nothing.
 HEALTHCHECK --interval=5s --timeout=5s --start-period=60s --start-interval=1s --retries=3 \
     CMD ["/usr/local/bin/healthcheck"]
-# tini reaps zombies and, with -g, forwards SIGTERM to every process of the group (sshd, jupyter).
+# tini reaps zombies and, with -g, passes SIGTERM to the entrypoint's process group: the entrypoint alone,
+# as sshd, JupyterLab and the user's work run in sessions of their own (the entrypoint stops them, stop.sh).
 ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/usr/local/bin/entrypoint.sh"]
 # The services; further arguments go to JupyterLab. JupyterHub's DockerSpawner builds its command from
 # the CMD (and fails on an image without one).
