@@ -88,11 +88,15 @@ RUN --mount=type=bind,source=docker/build,target=/build \
 # (pytorch/pytorch#135712; docs/torch-workarounds.md, "restarted workers and the shared store").
 # The ports inside the container; compose and `docker run -p` map host ports onto them.
 # JUPYTER_PATH is searched before the packages' own data: its python3 kernel sees the user's packages.
+# JUPYTER_CONFIG_PATH puts the image's config folder first: Jupyter reads a config from every folder on
+# its path and the first one wins, so a base's (NGC's /usr/local/etc/jupyter), an extension's or a derived
+# image's config cannot change who gets in or the root folder (start/jupyter.sh holds it so at start).
 # PYTHONNOUSERSITE: Enroot and Apptainer mount the cluster's home, whose ~/.local would otherwise shadow
 # the image's torch; your own packages live in user-packages' environment instead (docs/runtimes.md).
 ENV SHELL=/bin/bash \
     PYTHONNOUSERSITE=1 \
     JUPYTER_PATH=/usr/local/share/container/jupyter${JUPYTER_PATH:+:${JUPYTER_PATH}} \
+    JUPYTER_CONFIG_PATH=/etc/jupyter${JUPYTER_CONFIG_PATH:+:${JUPYTER_CONFIG_PATH}} \
     SSH_CONTAINER_PORT=2222 \
     JUPYTER_CONTAINER_PORT=8888 \
     GPU_EXPORTER_PORT=9400 \
