@@ -124,7 +124,9 @@ RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTI
  && sed -i "1s|^#!.*|#!$(command -v python3)|" /usr/local/bin/user-packages \
  && ln -sf /opt/scripts/doctor.py /usr/local/bin/doctor \
  # Group 0 with the owner's rights (g=u): OpenShift runs the image as an arbitrary uid in group 0.
+ # What a base left in it (NGC's license and tutorials, world-writable) becomes the user's the same way.
  && install -d -o "$CONTAINER_USER" -g 0 -m 0775 /workspace \
+ && chown -R "$CONTAINER_USER":0 /workspace && chmod -R g=u,o-w /workspace \
  # Start-up hooks of the user's own (bind mount or derived image); ours live in /usr/local/lib/container.
  && install -d -m 0755 /etc/container/start.d \
  # Any uid may run the entrypoint (docker run --user), and it records the started services here.
