@@ -92,11 +92,15 @@ RUN --mount=type=bind,source=docker/build,target=/build \
 # (pytorch/pytorch#135712; docs/torch-workarounds.md, "restarted workers and the shared store").
 # The ports inside the container; compose and `docker run -p` map host ports onto them.
 # JUPYTER_PATH is searched before the packages' own data: its python3 kernel sees the user's packages.
+# JUPYTER_CONFIG_PATH puts the image's config folder first: Jupyter reads a config from every folder on
+# its path and the first one wins, so a base's (NGC's /usr/local/etc/jupyter), an extension's or a derived
+# image's config cannot change who gets in or the root folder (start/jupyter.sh holds it so at start).
 # PYTHONNOUSERSITE: Enroot and Apptainer mount the cluster's home, whose ~/.local would otherwise shadow
 # the image's torch; your own packages live in user-packages' environment instead (docs/runtimes.md).
 ENV SHELL=/bin/bash \
     PYTHONNOUSERSITE=1 \
     JUPYTER_PATH=/usr/local/share/container/jupyter${JUPYTER_PATH:+:${JUPYTER_PATH}} \
+    JUPYTER_CONFIG_PATH=/etc/jupyter${JUPYTER_CONFIG_PATH:+:${JUPYTER_CONFIG_PATH}} \
     SSH_CONTAINER_PORT=2222 \
     JUPYTER_CONTAINER_PORT=8888 \
     GPU_EXPORTER_PORT=9400 \
@@ -124,7 +128,9 @@ RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTI
  && sed -i "1s|^#!.*|#!$(command -v python3)|" /usr/local/bin/user-packages \
  && ln -sf /opt/scripts/doctor.py /usr/local/bin/doctor \
  # Group 0 with the owner's rights (g=u): OpenShift runs the image as an arbitrary uid in group 0.
+ # What a base left in it (NGC's license and tutorials, world-writable) becomes the user's the same way.
  && install -d -o "$CONTAINER_USER" -g 0 -m 0775 /workspace \
+ && chown -R "$CONTAINER_USER":0 /workspace && chmod -R g=u,o-w /workspace \
  # Start-up hooks of the user's own (bind mount or derived image); ours live in /usr/local/lib/container.
  && install -d -m 0755 /etc/container/start.d \
  # Any uid may run the entrypoint (docker run --user), and it records the started services here.

@@ -6,18 +6,19 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 
 import pytest
 import testinfra
 
 DOCTOR_TIMEOUT_S = 120
-ALL_CHECKS = ["torch", "gpus", "driver", "arch", "nccl", "allreduce", "topology", "shm", "memlock", "stack",
-              "infiniband", "nccl-env", "port"]
+ALL_CHECKS = ["platform", "torch", "gpus", "driver", "arch", "nccl", "allreduce", "network", "topology", "shm",
+              "memlock", "stack", "infiniband", "nccl-env", "port"]
 GPU_CHECKS = ["driver", "arch", "nccl", "topology"]
 EXIT_WARN, EXIT_FAIL = 1, 2
 # Leaves out every check that imports torch, for tests of the OS-level checks: each run is then quick.
-OS_CHECKS_ONLY = "--skip torch,gpus,driver,arch,nccl,allreduce,topology"
+OS_CHECKS_ONLY = "--skip torch,gpus,driver,arch,nccl,allreduce,network,topology"
 
 Doctor = Callable[..., "testinfra.backend.base.CommandResult"]
 
@@ -65,6 +66,29 @@ def test_without_gpu_says_so_plainly_and_warns(doctor: Doctor, without_gpu: None
     for name in GPU_CHECKS:
         assert any(line.split()[:2] == ["SKIP", name] for line in lines), f"{name} is not skipped"
     assert "overall: WARN" in result.stdout
+
+
+# A run on two nodes over TCP on a host that has InfiniBand: NCCL's own format strings, filled in by hand
+# (tests/unit/test_doctor_nccl_log.py cites them).
+FALLBACK_LOG = ("node-a:7:9 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB; OOB ib0:10.1.0.1<0>\n"
+                "node-a:7:9 [0] NCCL INFO Using network Socket\n")
+
+
+def test_without_gpu_the_network_check_needs_gpus_and_a_given_log_is_still_read(doctor: Doctor,
+                                                                              without_gpu: None) -> None:
+    network = checks_of(doctor("--json --skip allreduce"))["network"]
+    assert network["status"] == "skip" and network["finding"].startswith("needs GPUs"), network
+    write_log = f"printf {shlex.quote(FALLBACK_LOG)} >/tmp/doctor-nccl.log &&"
+    result = doctor("--nccl-log /tmp/doctor-nccl.log", setup=write_log)
+    assert result.rc == EXIT_WARN, result.stdout + result.stderr
+    assert "TCP sockets in use although the host has InfiniBand/RoCE devices" in result.stdout
+    assert doctor("--nccl-log /nonexistent.log").rc == EXIT_FAIL
+
+
+def test_the_platform_check_names_the_architecture_and_the_page_size(doctor: Doctor) -> None:
+    platform = checks_of(doctor("--json --only platform"))["platform"]
+    assert platform["status"] == "pass", platform
+    assert platform["data"]["arch"] in platform["finding"] and platform["data"]["page_size"] >= 4096
 
 
 def test_require_gpu_turns_no_gpu_into_a_failure(doctor: Doctor, without_gpu: None) -> None:

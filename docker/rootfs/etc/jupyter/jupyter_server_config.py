@@ -5,6 +5,12 @@ whose JUPYTER_AUTH names who authenticates: `token` (JUPYTER_PASSWORD_HASH for a
 JUPYTER_TOKEN; with neither, the server refuses to start rather than run open), `hub` (a JupyterHub
 spawned us: jupyterhub-singleuser takes its address, base URL and logins from the hub's variables),
 or `platform` (no login of our own: Kubeflow's Istio or another authenticating proxy in front).
+
+Jupyter reads a config of this name from every folder on its config path (`jupyter --paths`), and the
+first folder wins. Start-up puts this file's folder first (JUPYTER_CONFIG_PATH, start/jupyter.sh), so the
+settings made here, among them every one that decides who gets in and what the server shows, hold
+whatever another config on the path says (NGC's in /usr/local/etc/jupyter, an extension's, a derived
+image's). Settings this file does not make stay theirs to make.
 """
 import os
 
@@ -24,26 +30,44 @@ if auth != "hub":  # under a hub, JUPYTERHUB_SERVICE_URL and JUPYTERHUB_SERVICE_
     c.ServerApp.port = int(os.environ["JUPYTER_CONTAINER_PORT"])  # set in the Dockerfile
     # Behind a reverse proxy or Kubeflow: JUPYTER_BASE_URL, or NB_PREFIX, as start-up normalized it.
     c.ServerApp.base_url = os.environ.get("JUPYTER_BASE_URL", "/")
+    c.ServerApp.sock = ""  # a Unix socket instead of the address above
 c.ServerApp.open_browser = False
-c.ServerApp.root_dir = "/workspace"
+# The root folder, for the server and for each contents manager Jupyter ships (a setting for a subclass
+# would otherwise win over the server's); a hub's Spawner.notebook_dir arrives as JUPYTERHUB_ROOT_DIR.
+ROOT_DIR = os.path.expanduser(os.environ.get("JUPYTERHUB_ROOT_DIR") or "/workspace") if auth == "hub" else "/workspace"
+c.ServerApp.root_dir = ROOT_DIR
+for manager in ("ContentsManager", "FileContentsManager", "AsyncFileContentsManager", "LargeFileManager",
+                "AsyncLargeFileManager"):
+    c[manager].root_dir = ROOT_DIR
+# Cross-site requests stay refused.
+c.ServerApp.disable_check_xsrf = False
+c.ServerApp.allow_origin = ""
+c.ServerApp.allow_origin_pat = ""
 c.ServerApp.terminals_enabled = True
 # The browser reaches us through a published port, so the Host header is the docker host's name
 # (platform mode, which has no login of its own, narrows this below).
 c.ServerApp.allow_remote_access = True
 # The sample notebook (copied into the workspace at start, start/notebooks.sh) opens first.
 SAMPLE_NOTEBOOK = "examples/ddp_quickstart.ipynb"
-if os.path.exists(os.path.join("/workspace", SAMPLE_NOTEBOOK)):
+if os.path.exists(os.path.join(ROOT_DIR, SAMPLE_NOTEBOOK)):
     c.LabApp.default_url = f"/lab/tree/{SAMPLE_NOTEBOOK}"
 # Terminals are login shells, like SSH sessions and tmux windows.
 c.ServerApp.terminado_settings = {"shell_command": ["/bin/bash", "-l"]}
 
 token = os.environ.get("JUPYTER_TOKEN", "")
 password_hash = os.environ.get("JUPYTER_PASSWORD_HASH", "")
+if auth != "hub":
+    # Jupyter's own login, with no password and no way around it unless one of the branches below sets
+    # them; each value is set for the class in use too, since a setting for a subclass wins.
+    c.ServerApp.identity_provider_class = "jupyter_server.auth.identity.PasswordIdentityProvider"
+    c.ServerApp.login_handler_class = "jupyter_server.auth.login.LoginHandler"
+    c.PasswordIdentityProvider.hashed_password = ""
+    c.PasswordIdentityProvider.password_required = False
 if auth == "hub":
     pass  # jupyterhub-singleuser's identity provider asks the hub who is logged in
 elif auth == "platform":
     # Start-up checked this mode, logged a warning, and marked it (JUPYTER_PLATFORM_AUTH_CHECKED).
-    c.IdentityProvider.token = ""
+    c.IdentityProvider.token = c.PasswordIdentityProvider.token = ""
     # No login of our own: only the platform's host names (JUPYTER_ALLOWED_HOSTS, checked at start-up) and
     # loopback addresses, so a page that points its own name at a published port cannot use the server.
     c.ServerApp.allow_remote_access = False
@@ -51,9 +75,9 @@ elif auth == "platform":
 elif password_hash:
     c.PasswordIdentityProvider.hashed_password = password_hash
     c.PasswordIdentityProvider.password_required = True
-    c.IdentityProvider.token = token
+    c.IdentityProvider.token = c.PasswordIdentityProvider.token = token
 elif token:
-    c.IdentityProvider.token = token
+    c.IdentityProvider.token = c.PasswordIdentityProvider.token = token
 else:
     raise SystemExit(
         "JupyterLab refuses to start without authentication: set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH"

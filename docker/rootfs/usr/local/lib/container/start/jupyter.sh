@@ -7,11 +7,15 @@
 # (JUPYTERHUB_API_TOKEN: jupyterhub-singleuser logs users in through the hub), and a platform in
 # front of it (JUPYTER_AUTH=platform: Kubeflow's Istio and auth proxy), the only way to run with no
 # token of its own. JUPYTER_BASE_URL, or Kubeflow's NB_PREFIX, serves everything under a path prefix.
+# The image's config comes first on Jupyter's config path, so no other config there decides who gets in,
+# and the server runs behind a check that it refuses a request without a login before it counts as up.
 
 readonly JUPYTER_TOKEN_FILE_NAME=.jupyter/token
 readonly MIN_JUPYTER_TOKEN_LENGTH=16
 readonly PASSWORD_HASH_CHECK=/usr/local/lib/container/check_jupyter_password_hash.py
 readonly MAKE_PASSWORD_HASH="python3 -c \"from jupyter_server.auth import passwd; print(passwd())\""
+readonly IMAGE_JUPYTER_CONFIG_DIR=/etc/jupyter
+readonly GUARDED_JUPYTER=/usr/local/lib/container/jupyter-refusing-strangers
 
 # The token file lives in the user's home, where the user may plant a link: it is read and written as
 # the user, never as root, so a link can lead only where the user could write anyway.
@@ -71,7 +75,23 @@ read_jupyter_base_url() {
   echo "${base%/}/"
 }
 
-# What the healthcheck probes: the server's own port and base URL, both of which a hub may choose.
+# Jupyter reads every config on its path and lets the first folder win: the image's goes first (the
+# Dockerfile sets the same; this holds also when a derived image or `docker run -e` changed it).
+# (Both variables are Jupyter's own, not settings of this image.)
+put_the_image_config_first() {
+  if [[ -v JUPYTER_NO_CONFIG && -n $JUPYTER_NO_CONFIG ]]; then
+    fatal "JUPYTER_NO_CONFIG is set, which makes JupyterLab skip the image's settings (its login, address and folder); unset it"
+  fi
+  local given=""
+  [[ -v JUPYTER_CONFIG_PATH ]] && given=$JUPYTER_CONFIG_PATH
+  if [[ $given != "$IMAGE_JUPYTER_CONFIG_DIR" && $given != "$IMAGE_JUPYTER_CONFIG_DIR":* ]]; then
+    JUPYTER_CONFIG_PATH=$IMAGE_JUPYTER_CONFIG_DIR${given:+:$given}
+  fi
+  export JUPYTER_CONFIG_PATH
+}
+
+# What the healthcheck probes: the server's own port and base URL, both of which a hub may choose. The
+# check that the server refuses strangers (jupyter-refusing-strangers) marks its pass in jupyter-checked.
 record_jupyter_probe_url() {
   local port=$JUPYTER_CONTAINER_PORT base=$JUPYTER_BASE_URL
   if ((SPAWNED_BY_JUPYTERHUB)); then
@@ -79,6 +99,7 @@ record_jupyter_probe_url() {
     base=${JUPYTERHUB_SERVICE_PREFIX:-/}
   fi
   printf 'http://127.0.0.1:%s%s\n' "$port" "$base" >"$RUN_DIR/jupyter-url"
+  rm -f "$RUN_DIR/jupyter-checked"
 }
 
 use_the_hubs_authentication() {
@@ -147,9 +168,11 @@ prepare_jupyter_auth() {
       *) fatal "JUPYTER_AUTH='$JUPYTER_AUTH' is not a kind of authentication; leave it unset (Jupyter's own token or password), or set it to platform where a platform in front of JupyterLab authenticates (Kubeflow)" ;;
     esac
   fi
+  put_the_image_config_first
   record_jupyter_probe_url
   # Jupyter refuses root without this; start-up chose root only for the rootless caller (start/user.sh).
   if ((WORK_RUNS_AS_CONTAINER_ROOT)); then JUPYTER_SERVER_COMMAND+=(--allow-root); fi
+  JUPYTER_SERVER_COMMAND=("$GUARDED_JUPYTER" "${JUPYTER_SERVER_COMMAND[@]}")
   # jupyter_server_config.py reads these three, as this step left them.
   export JUPYTER_TOKEN=${JUPYTER_TOKEN:-} JUPYTER_AUTH JUPYTER_BASE_URL
 }
