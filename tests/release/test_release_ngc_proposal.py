@@ -16,7 +16,8 @@ import urllib.request
 import pytest
 
 from tests.support import REPO_ROOT
-from tests.support.release import environment_without_make, local_registry
+from tests.support.local_registry import local_registry
+from tests.support.release import environment_without_make
 
 REPOSITORY = "nvidia/pytorch"
 TORCH_BY_TAG = {"25.12-py3": "2.10.0a0+b4e4ee81d3", "26.01-py3": "2.10.0a0+1111111111",

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.containers import docker
-from tests.support.release import REPO_ROOT, build_variables, local_registry, make, registry_api, split_image_ref
+from tests.support.local_registry import local_registry, registry_api
+from tests.support.release import REPO_ROOT, build_variables, make, split_image_ref
 
 SUITE_ON_PULLED_IMAGE = ["tests/image/test_image.py", "tests/image/test_torchrun.py"]
 PUSH_TIMEOUT_S = 900

@@ -23,7 +23,8 @@ import pytest
 from tests.support import REPO_ROOT
 from tests.support.containers import docker
 from tests.support.host_tools import skip_where_missing
-from tests.support.release import environment_without_make, local_registry, make, registry_api, split_image_ref
+from tests.support.local_registry import local_registry, registry_api
+from tests.support.release import environment_without_make, make, split_image_ref
 
 PUSH_TIMEOUT_S = 1800  # a first push of the whole image; minutes on a loaded machine
 PASSWORD = "release-test-password"

@@ -21,8 +21,10 @@ from tests.support.waiting import wait_until
 REGISTRY_BINARY = "/usr/bin/docker-registry"
 
 
-def registry_api(address: str, path: str) -> dict:
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as response:
+def registry_api(address: str, path: str, accept: str = "") -> dict:
+    """The JSON answer of the registry at ADDRESS to GET PATH (with an Accept header, for manifests)."""
+    request = urllib.request.Request(f"http://{address}{path}", headers={"Accept": accept} if accept else {})
+    with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read() or b"{}")
 
 

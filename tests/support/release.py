@@ -1,28 +1,15 @@
 """Helpers for the release tests: `make` with the variables of the image under test, the same
-variables for a second build, and a private registry on 127.0.0.1 to publish to.
+variables for a second build (the registry they publish to is tests/support/local_registry.py).
 
 The image under test is IMAGE_UNDER_TEST (`make test` sets it to $(IMAGE):$(TAG)); the release targets
 take IMAGE and TAG separately, like `make build`.
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import pathlib
-import shutil
 import subprocess
-import urllib.request
-from collections.abc import Iterator
-
-import pytest
 
 from tests.support import REPO_ROOT
-from tests.support.containers import free_port
-from tests.support.host_tools import skip_where_missing
-from tests.support.waiting import wait_until
-
-REGISTRY_BINARY = "/usr/bin/docker-registry"
 
 MAKE_TIMEOUT_S = 900
 
@@ -57,40 +44,3 @@ def build_variables() -> list[str]:
     if not os.environ.get("TORCH_VERSION") and os.environ.get("EXPECTED_TORCH_VERSION"):
         variables.append(f"TORCH_VERSION={os.environ['EXPECTED_TORCH_VERSION']}")
     return variables
-
-
-def registry_api(address: str, path: str, accept: str = "") -> dict:
-    request = urllib.request.Request(f"http://{address}{path}", headers={"Accept": accept} if accept else {})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        return json.loads(response.read() or b"{}")
-
-
-@contextlib.contextmanager
-def local_registry(root: pathlib.Path) -> Iterator[str]:
-    """A private docker-registry on a free 127.0.0.1 port (dockerd trusts 127.0.0.0/8 over plain HTTP);
-    yields its host:port and removes what was pushed to it. Skips where docker-registry is missing."""
-    if not os.access(REGISTRY_BINARY, os.X_OK):
-        skip_where_missing(f"{REGISTRY_BINARY} is missing: install it with `make ci-registry` (.ci/install-registry.sh)")
-    address = f"127.0.0.1:{free_port()}"
-    config = root / "config.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
-                      f"http:\n  addr: {address}\n")
-    log_path = root / "registry.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen([REGISTRY_BINARY, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            def answers() -> bool:
-                try:
-                    registry_api(address, "/v2/")
-                    return True
-                except OSError:
-                    if process.poll() is not None:
-                        pytest.fail(f"docker-registry exited: {log_path.read_text()}")
-                    return False
-            wait_until(answers, 30, interval=0.2,
-                       failure=lambda: f"docker-registry did not answer on {address}: {log_path.read_text()}")
-            yield address
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
-            shutil.rmtree(root / "data", ignore_errors=True)
