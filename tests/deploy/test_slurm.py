@@ -10,13 +10,13 @@ import os
 import pathlib
 import shlex
 import subprocess
+from collections.abc import Iterator
 
 import pytest
 
 from tests.support import REPO_ROOT
-from tests.support.host_tools import skip_where_missing
 from tests.support.multinode_compose import ERROR_MARKERS
-from tests.support.slurm_cluster import SlurmCluster, missing_prerequisite
+from tests.support.slurm_cluster import SlurmCluster, running_cluster
 from tests.support.training import TINY_MODEL
 from tests.support.waiting import wait_until
 
@@ -27,14 +27,9 @@ TRAINING = shlex.split(f"{TINY_MODEL} --batch-size 8 --num-workers 0 --device cp
 
 
 @pytest.fixture(scope="module")
-def slurm(tmp_path_factory) -> SlurmCluster:
-    why_not = missing_prerequisite()
-    if why_not:
-        skip_where_missing(why_not)
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
-    cluster.start()
-    yield cluster
-    cluster.stop()
+def slurm(tmp_path_factory) -> Iterator[SlurmCluster]:
+    with running_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")

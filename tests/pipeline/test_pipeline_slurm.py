@@ -12,6 +12,7 @@ import os
 import pathlib
 import shlex
 import subprocess
+from collections.abc import Iterator
 
 import pytest
 
@@ -19,8 +20,7 @@ from tests.support import REPO_ROOT
 from tests.support.containers import docker, free_port
 from tests.support.local_registry import local_registry
 from tests.support.pipeline import GATE_TIMEOUT_S, build_drifted_image, push, run_tool
-from tests.support.slurm_cluster import SlurmCluster, missing_prerequisite
-from tests.support.host_tools import skip_where_missing
+from tests.support.slurm_cluster import SlurmCluster, running_cluster
 from tests.support.training import TINY_MODEL
 from tests.support.waiting import wait_until
 
@@ -44,14 +44,9 @@ def registry(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def slurm(tmp_path_factory) -> SlurmCluster:
-    why_not = missing_prerequisite()
-    if why_not:
-        skip_where_missing(why_not)
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"))
-    cluster.start()
-    yield cluster
-    cluster.stop()
+def slurm(tmp_path_factory) -> Iterator[SlurmCluster]:
+    with running_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
 
 
 def checkpoint_dir(tmp_path: pathlib.Path) -> pathlib.Path:

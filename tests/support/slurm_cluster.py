@@ -6,13 +6,17 @@ cluster through SLURM_CONF. The daemons run as root, as slurmd must, and are sto
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
 import socket
 import subprocess
 
+from collections.abc import Iterator
+
 from tests.support.containers import free_port
+from tests.support.host_tools import skip_where_missing
 from tests.support.waiting import wait_until
 
 COMMAND_TIMEOUT_S = 30
@@ -148,3 +152,17 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def running_cluster(root: pathlib.Path) -> Iterator[SlurmCluster]:
+    """A started cluster with its state under ROOT, stopped afterwards; skips (fails in CI) without Slurm."""
+    why_not = missing_prerequisite()
+    if why_not:
+        skip_where_missing(why_not)
+    cluster = SlurmCluster(root)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
