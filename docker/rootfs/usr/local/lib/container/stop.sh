@@ -15,16 +15,16 @@
 #        ends as a job that succeeded, with 0. The same holds for a torchrun below a wrapper (our
 #        manifests' torchrun_node.py): the wrapper is left alone too. (A workaround of torch's agent:
 #        docs/torch-workarounds.md, "torchrun exits 1 on SIGTERM", says when it can go.)
-#      - a later stage of a pipeline typed at a shell (`torchrun ... | tee train.log`) is left to end at
-#        the end of its input: signalled with the trainer, `tee` would die first, and the trainer's next
-#        progress line would raise BrokenPipeError before it saved. The shell gives the pipeline a
-#        process group led by its first stage, so a later stage is a process whose group leader is a
-#        sibling of it. It gets SIGTERM only once that first stage has been gone for PIPE_DRAIN_US (a
-#        reader that ignores the end of its input). (Reading /proc/PID/fd would be exact, but root
-#        without CAP_SYS_PTRACE may not read another user's; a script without job control keeps one
-#        group for all its commands: there a `tee`, `cat` or `logger` in a session holder's group counts
-#        as a later stage, signalled once the rest of the work has been gone for PIPE_DRAIN_US; README.md's
-#        "Connecting" (its Stopping paragraph) says what to do for other readers.)
+#      - a later stage of a pipeline typed at a shell (`torchrun ... | tee train.log`) is never signalled
+#        before step 3: it ends by itself at the end of its input, once the trainer has written its last
+#        lines, so the pipeline's status is the reader's 0. (The trainer outlives a reader that dies, but
+#        the pipeline's status is the last stage's.) The shell gives the pipeline a process group led by
+#        its first stage, so a later stage is a process whose group leader is a sibling of it. A script
+#        without job control keeps one group for all its commands: there a `tee`, `cat` or `logger` in a
+#        session holder's group counts as a later stage. (Reading /proc/PID/fd would be exact, but root
+#        without CAP_SYS_PTRACE may not read another user's; README.md's "Connecting" (its Stopping
+#        paragraph) says what to do for other readers.) No timer decides when a reader has drained: one
+#        second was too short for `tee` on a busy machine, and the container then exited 143.
 #   2. Wait for all of that work to exit, for at most STOP_TIMEOUT seconds (25: inside compose's 30 s).
 #   3. SIGTERM to everything left, services included.
 # Without a PID namespace of its own (Apptainer's default, `docker run --pid=host`) every step looks only
@@ -52,7 +52,6 @@ readonly TORCHRUN_COMMAND='(/torchrun|torch\.distributed\.run|torch/distributed/
 # only their command lines are read during the scan.
 readonly NAMES_WORTH_A_COMMAND_LINE='python*|pt_elastic|torchrun'
 readonly STOP_POLL_S=0.2
-readonly PIPE_DRAIN_US=1000000
 # At most this many processes are named in a log line; the rest are counted.
 readonly DESCRIBED_AT_MOST=8
 STOP_WAIT_FIFO=/run/container/stop-wait
@@ -62,9 +61,7 @@ declare -A PARENT=() GROUP=() COMMAND=() HOLDER=() NAMED_READER=()
 LIVE=()    # every live process but PID 1 and the entrypoint
 WORK=()    # LIVE without the session holders
 TOPS=()    # what step 1 signals now
-READERS=() # later pipeline stages, signalled once the first stage is gone
-# A reader's first stage, or empty for a reader that waits until the rest of the work is gone.
-declare -A FIRST_STAGE=()
+READERS=() # later pipeline stages, left to end at the end of their input
 
 # Made at start-up, while forking is still certain to work.
 prepare_stop_path() {
@@ -159,7 +156,7 @@ read_command() {
 find_tops() {
   local pid parent leader child workers up top steps
   local -A AGENTS_BELOW=() IS_TOP=()
-  TOPS=() READERS=() FIRST_STAGE=()
+  TOPS=() READERS=()
   for pid in "${WORK[@]}"; do
     # The parent holds sessions open, or is PID 1, the entrypoint, or outside the container (the parent
     # of `docker exec`), or gone.
@@ -183,14 +180,12 @@ find_tops() {
     # A later pipeline stage: its process group is led by a sibling that is not a session holder.
     if ((leader != pid)) && [[ -z ${HOLDER[$leader]-} && ${PARENT[$leader]-} == "$parent" ]]; then
       READERS+=("$pid")
-      FIRST_STAGE[$pid]=$leader
       continue
     fi
     # The same without job control (`bash -c 'a | tee log'`): the stage shares the shell's group, so
-    # only its name tells it; it is signalled once the rest of the work is gone.
+    # only its name tells it.
     if ((leader != pid)) && [[ -n ${NAMED_READER[$pid]-} && -n ${HOLDER[$leader]-} ]]; then
       READERS+=("$pid")
-      FIRST_STAGE[$pid]=""
       continue
     fi
     workers=()
@@ -231,45 +226,22 @@ describe_processes() {
   done
 }
 
-# SIGTERM to each later pipeline stage whose first stage (or, for one without, the rest of the work:
-# OTHERS_ALIVE is 0) has been gone for PIPE_DRAIN_US. DRAINING[PID] holds when it was first seen gone;
-# SIGNALLED[PID] that PID got its signal.
-signal_drained_readers() {
-  local reader now=${EPOCHREALTIME/./}
-  for reader in "${READERS[@]}"; do
-    [[ -z ${SIGNALLED[$reader]-} ]] || continue
-    if [[ -n ${FIRST_STAGE[$reader]} ]]; then
-      is_alive "${FIRST_STAGE[$reader]}" && continue
-    else
-      ((OTHERS_ALIVE == 0)) || continue
-    fi
-    : "${DRAINING[$reader]:=$now}"
-    if ((now - DRAINING[$reader] >= PIPE_DRAIN_US)); then
-      kill -TERM -- "$reader" 2>/dev/null || true
-      SIGNALLED[$reader]=1
-    fi
-  done
-}
-
 # Waits until none of WORK is alive, or TIMEOUT seconds; sets LEFT to those still alive. Each pass
 # looks only at what the last one found alive (is_alive inlined, as in find_tops).
 wait_for_work() {
-  local timeout=$1 deadline pid stat alive OTHERS_ALIVE
-  local -A DRAINING=() SIGNALLED=()
+  local timeout=$1 deadline pid stat alive
   deadline=$((SECONDS + timeout))
   LEFT=("${WORK[@]}")
   while :; do
-    alive=() OTHERS_ALIVE=0
+    alive=()
     for pid in "${LEFT[@]}"; do
       { read -r stat <"/proc/$pid/stat"; } 2>/dev/null || continue
       stat=${stat##*) }
       [[ ${stat:0:1} == Z ]] && continue
       alive+=("$pid")
-      [[ -n ${FIRST_STAGE[$pid]+set} ]] || OTHERS_ALIVE=1
     done
     LEFT=("${alive[@]}")
     if ((${#LEFT[@]} == 0 || SECONDS >= deadline)); then return; fi
-    ((${#READERS[@]} == 0)) || signal_drained_readers
     pause_between_checks
   done
 }
