@@ -15,7 +15,10 @@ from tests.support.containers import run_container_to_completion
     (["--env", "STOP_TIMEOUT=-1"], "STOP_TIMEOUT='-1' is not a number of seconds"),
     (["--env", "ENABLE_GPU_EXPORTER=1", "--env", "GPU_EXPORTER_PORT=abc"], "GPU_EXPORTER_PORT='abc' is not a TCP port"),
     (["--env", "ENABLE_GPU_EXPORTER=1", "--env", "GPU_EXPORTER_PORT=70000"], "GPU_EXPORTER_PORT='70000' is not a TCP port"),
-], ids=["timeout-word", "timeout-negative", "port-word", "port-too-high"])
+    (["--env", "ENABLE_GPU_EXPORTER=1", "--env", "GPU_EXPORTER_ADDRESS=abc"], "GPU_EXPORTER_ADDRESS='abc' is not an IP address"),
+    (["--env", "ENABLE_GPU_EXPORTER=1", "--env", "GPU_EXPORTER_ADDRESS=10.0.0.256"],
+     "GPU_EXPORTER_ADDRESS='10.0.0.256' is not an IP address"),
+], ids=["timeout-word", "timeout-negative", "port-word", "port-too-high", "address-word", "address-octet"])
 def test_a_bad_number_stops_the_start_with_one_line(image, options, message):
     result = run_container_to_completion(image, command=["true"], options=options)
     errors = [line for line in result.stderr.splitlines() if "ERROR" in line]

@@ -24,7 +24,17 @@ check_gpu_exporter_port() {
   fi
 }
 
+# An IPv4 address, or an IPv6 one (hex groups and colons); the exporter's own check (ipaddress) is the
+# exact one, this keeps a word or a host name from reaching it only to fail after start-up said "started".
+check_gpu_exporter_address() {
+  local value=${GPU_EXPORTER_ADDRESS:-} octet='(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])'
+  ((ENABLE_GPU_EXPORTER)) && [[ -n $value ]] || return 0
+  [[ $value =~ ^($octet\.){3}$octet$ || ($value == *:* && $value =~ ^[0-9A-Fa-f:.]+$) ]] ||
+    fatal "GPU_EXPORTER_ADDRESS='$value' is not an IP address; set it to one, such as 0.0.0.0 (every interface, the default) or 127.0.0.1"
+}
+
 check_settings() {
   check_stop_timeout
   check_gpu_exporter_port
+  check_gpu_exporter_address
 }
