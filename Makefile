@@ -284,6 +284,10 @@ bench-build: ## Time a cold build and a trainer-edit rebuild, size our layers (B
 	tools/bench_build.sh $(BENCH_ARGS) FLAVOR=$(FLAVOR) TORCH_VERSION=$(TORCH_VERSION) NGC_TAG=$(NGC_TAG) \
 	  $(if $(WHEELHOUSE),WHEELHOUSE=$(WHEELHOUSE)) $(if $(CA_BUNDLE),CA_BUNDLE=$(CA_BUNDLE))
 
+.PHONY: ci-prerequisites
+ci-prerequisites: ## Install everything the suites need beyond the checkout (.ci/install-prerequisites.sh; as root, or with sudo)
+	$(if $(filter 0,$(shell id -u)),,sudo) bash .ci/install-prerequisites.sh
+
 .PHONY: ci-registry
 ci-registry: ## Install Debian's docker-registry, which the release tests push to (as root, or with sudo)
 	$(if $(filter 0,$(shell id -u)),,sudo) bash .ci/install-registry.sh

@@ -79,7 +79,8 @@ def restricted_violations(pod: dict) -> list[str]:
 # Where each kind keeps the pod specs it makes; a kind that makes none is listed with no path. A document of
 # another kind fails the walk, so a new manifest is checked the day it is added, not when someone remembers.
 WORKLOAD_TEMPLATE = ("spec", "template", "spec")
-KINDS_WITHOUT_PODS = {"PersistentVolumeClaim", "NetworkPolicy", "PodMonitor", "Service", "ConfigMap", "Secret"}
+KINDS_WITHOUT_PODS = {"PersistentVolumeClaim", "NetworkPolicy", "PodMonitor", "Service", "ConfigMap", "Secret",
+                      "ClusterPolicy"}  # Kyverno's admission policy (verify-image-policy.yaml)
 KINDS_WITH_PODS = {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Notebook",
                    "PyTorchJob", "TrainJob"}
 
