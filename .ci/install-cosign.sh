@@ -11,7 +11,8 @@ readonly COSIGN=/usr/local/bin/cosign
 # Debian's build reports its version as "devel": the package version it came from is kept beside it.
 readonly COSIGN_VERSION_FILE=/usr/local/lib/cosign.version
 readonly REQUIRED_MAJOR=2
-readonly NEXT_DEBIAN_RELEASE=trixie
+# shellcheck source=.ci/next-debian-release.sh
+source "$(dirname "$0")/next-debian-release.sh"
 
 log() { printf '[install-cosign] %s\n' "$*" >&2; }
 
@@ -25,15 +26,7 @@ fi
 log "installing cosign from Debian $NEXT_DEBIAN_RELEASE"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# The next release's package lists, on this machine's mirror, in a folder of their own: the system's
-# apt sources stay as they are.
-mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
-mkdir -p "$work/lists/partial" "$work/archives/partial"
-echo "deb $mirror $NEXT_DEBIAN_RELEASE main" >"$work/sources.list"
-apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o "Dir::Etc::SourceParts=-"
-          -o "Dir::State::Lists=$work/lists" -o "Dir::Cache::Archives=$work/archives")
-apt-get "${apt_opts[@]}" update -qq 2>/dev/null
-(cd "$work" && apt-get "${apt_opts[@]}" download cosign >/dev/null 2>&1)
+(cd "$work" && download_from_next_release cosign)
 version=$(dpkg-deb --field "$work"/cosign_*.deb Version)
 if [[ $(major_of "$version") != "$REQUIRED_MAJOR" ]]; then
   log "Debian $NEXT_DEBIAN_RELEASE's cosign is $version, not $REQUIRED_MAJOR.x: install cosign $REQUIRED_MAJOR.x by hand"

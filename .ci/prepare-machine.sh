@@ -9,7 +9,8 @@ readonly PLUGIN_DIR=/usr/local/lib/docker/cli-plugins
 # The CPU base the Dockerfile names (its ARG CPU_BASE_IMAGE), e.g. debian:bookworm-slim.
 BASE_IMAGE=$(sed -n 's/^ARG CPU_BASE_IMAGE=//p' "$(dirname "$0")/../Dockerfile")
 readonly BASE_IMAGE
-readonly NEXT_DEBIAN_RELEASE=trixie
+# shellcheck source=.ci/next-debian-release.sh
+source "$(dirname "$0")/next-debian-release.sh"
 # The oldest engine the suite runs on (docs/building.md): this release's docker.io is 20.10, which
 # cannot pull zstd layers and has no healthcheck start interval.
 readonly MIN_ENGINE_MAJOR=26
@@ -26,21 +27,6 @@ install_debian_packages() {
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
-}
-
-# Downloads PACKAGE... of the next Debian release into the current folder, through a sources list of
-# its own on this machine's mirror (the system's apt sources stay as they are).
-download_from_next_release() {
-  local mirror lists
-  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
-  lists=$(mktemp -d)
-  mkdir -p "$lists/lists/partial" "$lists/archives/partial"
-  echo "deb $mirror $NEXT_DEBIAN_RELEASE main" >"$lists/sources.list"
-  local apt_opts=(-o "Dir::Etc::SourceList=$lists/sources.list" -o "Dir::Etc::SourceParts=-"
-                  -o "Dir::State::Lists=$lists/lists" -o "Dir::Cache::Archives=$lists/archives")
-  apt-get "${apt_opts[@]}" update -qq 2>/dev/null
-  apt-get "${apt_opts[@]}" download "$@" >/dev/null 2>&1
-  rm -rf "$lists"
 }
 
 engine_is_current() {
