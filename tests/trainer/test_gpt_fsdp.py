@@ -50,14 +50,16 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 sys.path.insert(0, sys.argv.pop(1))
 import train_ddp
-resume = train_ddp.resume_from_newest_checkpoint
-def resume_and_dump(state):
-    resume(state)
+from trainer.checkpointer import Checkpointer
+resume = Checkpointer.resume
+def resume_and_dump(checkpointer):
+    resume(checkpointer)
+    state = checkpointer.state
     model, optimizer = get_state_dict(state.model, state.optimizer,
                                       options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if state.placement.is_main:
         torch.save({"model": model, "optimizer": optimizer}, state.args.ckpt_dir / "loaded.pt")
-train_ddp.resume_from_newest_checkpoint = resume_and_dump
+Checkpointer.resume = resume_and_dump
 sys.exit(train_ddp.main(sys.argv[1:]))
 """
 
