@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import uuid
 
@@ -11,7 +12,7 @@ import pytest
 import requests
 
 from tests.support.compose import CPU_FILES, compose, compose_config, service_container
-from tests.support.containers import LIVE_CONTAINERS, free_port
+from tests.support.containers import LIVE_CONTAINERS, docker, free_port
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 
 
@@ -80,6 +81,9 @@ def test_compose_up_on_a_cpu_host_gives_jupyter_and_ssh(compose_project):
     try:
         # compose can exit 0 while the service failed to start: the container's state is the truth.
         container.wait_until_healthy()
+        # compose.yaml names no start interval (Podman): Docker takes the image's, one probe a second.
+        probe = json.loads(docker("inspect", "--format", "{{json .Config.Healthcheck}}", container.name).stdout)
+        assert probe["StartInterval"] == 10**9 and probe["Interval"] == 5 * 10**9, probe
         contents = requests.get(f"http://127.0.0.1:{env['JUPYTER_PORT']}/api/contents",
                                 params={"token": env["JUPYTER_TOKEN"]}, timeout=10)
         assert contents.status_code == 200

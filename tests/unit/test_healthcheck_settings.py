@@ -1,6 +1,8 @@
-"""The image's HEALTHCHECK and compose's healthcheck are one probe with one timing, and both probe every
+"""The image's HEALTHCHECK and compose's healthcheck are one probe with one timing. The image probes every
 second while the container starts (Docker Engine 25+), so `up --wait` returns about a second after the
-services answer. (tests/image/test_compose.py waits for the real container to turn healthy.)
+services answer; compose.yaml leaves that one setting to the image, because podman-compose turns
+`start_interval` into a flag Podman 4 refuses. (tests/image/test_compose.py shows that Docker still takes
+it from the image, and waits for the real container to turn healthy.)
 """
 from __future__ import annotations
 
@@ -28,11 +30,11 @@ def compose_healthcheck() -> dict[str, str]:
 
 def test_the_image_and_compose_probe_the_same_way():
     image, compose = dockerfile_healthcheck(), compose_healthcheck()
-    assert {key: value for key, value in image.items() if key != "test"} == \
+    assert {key: value for key, value in image.items() if key not in ("test", "start_interval")} == \
         {key: value for key, value in compose.items() if key != "test"}
     assert "/usr/local/bin/healthcheck" in image["test"] and "/usr/local/bin/healthcheck" in compose["test"]
 
 
-def test_both_probe_every_second_while_starting():
+def test_the_image_probes_every_second_while_starting_and_compose_leaves_that_to_it():
     assert dockerfile_healthcheck()["start_interval"] == "1s"
-    assert compose_healthcheck()["start_interval"] == "1s"
+    assert "start_interval" not in compose_healthcheck()
