@@ -107,11 +107,13 @@ def test_authorize_and_discard_change_nothing_on_a_get(hub, admin):
     assert logged_in(try_log_in(hub, "eve", hub.passwords["eve"], HOME)[1])
 
 
-def test_the_hubs_cookies_stay_on_its_own_site(hub):
+def test_the_hubs_cookies_stay_on_its_own_site(hub, admin):
+    # A user of its own: the tests above tried wrong passwords for the admin's name, which lock it.
+    add_user(hub, "frank", admin)
     session = requests.Session()
     page = session.get(hub.url + "hub/login", timeout=30)
     login = session.post(hub.url + "hub/login", timeout=60, data={
-        "username": ADMIN, "password": hub.admin_password, "_xsrf": form_xsrf(session, hub.url + "hub/login")})
+        "username": "frank", "password": hub.passwords["frank"], "_xsrf": form_xsrf(session, hub.url + "hub/login")})
     cookies = [cookie for response in (page, *login.history, login)
                for cookie in response.raw.headers.getlist("Set-Cookie")]
     assert any(cookie.startswith("jupyterhub-hub-login=") for cookie in cookies), cookies
