@@ -81,7 +81,12 @@ def final_metrics(args: argparse.Namespace) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="submit_slurm.py", description=__doc__.split("\n\n")[0])
+    """This tool's flags, then everything after the first `--` as the trainer's, read by the trainer only.
+    (argparse cannot say that: a `*` positional after IMAGE is filled, empty, at IMAGE already.)"""
+    own, trainer_flags = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(prog="submit_slurm.py", description=__doc__.split("\n\n")[0],
+                                     usage="%(prog)s IMAGE --ckpt-dir DIR [options] [-- TRAINER FLAGS]",
+                                     epilog="Everything after -- is passed to the trainer (train_ddp.py --help).")
     parser.add_argument("image", help="REPOSITORY@sha256:..., the reference the gate passed")
     parser.add_argument("--ckpt-dir", required=True, help="a folder every node sees; the job resumes from it")
     parser.add_argument("--login", default="", help="user@host of a login node (ssh); default: this machine")
@@ -92,8 +97,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--sbatch-option", action="append", default=[], help="more sbatch options (--partition=...)")
     parser.add_argument("--timeout", type=float, default=86400, help="seconds to wait for the job")
     parser.add_argument("--poll-interval", type=float, default=10)
-    parser.add_argument("trainer_flags", nargs="*", help="after --: the trainer's flags")
-    return parser.parse_args(argv)
+    args = parser.parse_args(own)
+    args.trainer_flags = trainer_flags
+    return args
 
 
 def main(argv: list[str]) -> int:
