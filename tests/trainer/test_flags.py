@@ -1,14 +1,21 @@
 """Every flag rejects bad values with one line that names it, before any process group starts;
---help explains every flag.
+--help explains every flag. The refusals run train_ddp.main in one forked process each
+(programs/refusals.py), the rest as the trainer's own command line.
 
 Run: TORCH_TESTS_ON_HOST=1 IMAGE_UNDER_TEST=none .venv-test/bin/python -m pytest tests/trainer/test_flags.py -q
 (or `make test`, which runs it inside the image).
 """
 from __future__ import annotations
 
+import json
+import pathlib
+import shlex
+
 import pytest
 
-from tests.support.training import trainer_command
+from tests.support.training import ENV, RUN_TIMEOUT_S, make_workdir, trainer_command
+
+REFUSALS = pathlib.Path(__file__).parent / "programs" / "refusals.py"
 
 DOCUMENTED_FLAGS = [
     "--max-steps", "--batch-size", "--grad-accum", "--lr", "--warmup-steps", "--weight-decay", "--grad-clip",
@@ -73,24 +80,41 @@ def run_trainer(torch_host, scripts_dir: str, arguments: str, setup: str = "true
                           f"{trainer_command(nproc=None, scripts_dir=scripts_dir, timeout_s=60)} {arguments}")
 
 
+@pytest.fixture(scope="module")
+def refusals(torch_host, scripts_dir) -> dict[str, dict]:
+    """What the trainer answered to each bad value and combination, by its test id: status, stdout, stderr."""
+    cases = {f"{flag}={value}": {"argv": [flag, value]} for flag, value, _ in BAD_VALUES}
+    cases |= {arguments: {"argv": shlex.split(arguments), "setup": setup} for setup, arguments, _, _ in BAD_COMBINATIONS}
+    workdir = make_workdir(torch_host)
+    torch_host.check_output(f"cat > {workdir}/refusals.py <<'EOF'\n{REFUSALS.read_text()}\nEOF")
+    answers = torch_host.check_output(f"{ENV} timeout {RUN_TIMEOUT_S} python {workdir}/refusals.py {scripts_dir} "
+                                      f"<<'EOF'\n{json.dumps(list(cases.values()))}\nEOF")
+    torch_host.run(f"rm -rf {workdir}")
+    return dict(zip(cases, json.loads(answers)))
+
+
+def assert_one_line_naming(answer: dict, flag: str, message: str) -> None:
+    assert answer["status"] == 2, answer
+    lines = answer["stderr"].strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0] and message in lines[0], answer["stderr"]
+    assert answer["stdout"] == ""  # rejected before training printed anything
+
+
 @pytest.mark.parametrize(("flag", "value", "message"), BAD_VALUES, ids=[f"{f}={v}" for f, v, _ in BAD_VALUES])
-def test_bad_value_gets_one_line_naming_the_flag(torch_host, scripts_dir, flag, value, message):
-    result = run_trainer(torch_host, scripts_dir, f"{flag} {value}")
-    assert result.rc == 2, result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert flag in lines[0] and message in lines[0], lines[0]
-    assert result.stdout == ""  # rejected before training printed anything
+def test_bad_value_gets_one_line_naming_the_flag(refusals, flag, value, message):
+    assert_one_line_naming(refusals[f"{flag}={value}"], flag, message)
 
 
 @pytest.mark.parametrize(("setup", "arguments", "flag", "message"), BAD_COMBINATIONS,
                          ids=[arguments for _, arguments, _, _ in BAD_COMBINATIONS])
-def test_bad_combination_gets_one_line_naming_the_flag(torch_host, scripts_dir, setup, arguments, flag, message):
-    result = run_trainer(torch_host, scripts_dir, arguments, setup or "true")
-    assert result.rc == 2, result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and flag in lines[0] and message in lines[0], result.stderr
-    assert result.stdout == ""
+def test_bad_combination_gets_one_line_naming_the_flag(refusals, setup, arguments, flag, message):
+    assert_one_line_naming(refusals[arguments], flag, message)
+
+
+def test_a_refusal_from_the_command_line_is_the_same_one_line(torch_host, scripts_dir, refusals):
+    """The forks answer as the trainer's own process does."""
+    result = run_trainer(torch_host, scripts_dir, "--lr nan")
+    assert (result.rc, result.stdout, result.stderr) == tuple(refusals["--lr=nan"].values())
 
 
 def test_missing_optional_packages_are_named(torch_host, scripts_dir):
