@@ -244,3 +244,32 @@ def test_every_section_a_file_points_at_exists() -> None:
                   if name.lower() not in headings(doc)]
     assert not wrong, (f"these point at sections that do not exist: {'; '.join(wrong)}; point them at the "
                        "heading, or the docs/ file that holds the text now")
+
+
+def required_variables(compose_file: str) -> set[str]:
+    """The variables COMPOSE_FILE cannot start without: `${NAME:?message}`."""
+    return set(re.findall(r"\$\{([A-Z0-9_]+):\?", read(REPO_ROOT / compose_file)))
+
+
+def bring_ups(text: str) -> list[tuple[str, str]]:
+    """(compose file, the shell block) for each bash block of TEXT that runs `compose -f FILE ... up`."""
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    return [(match, block) for block in blocks
+            for match in re.findall(r"compose .*?-f (\S+\.yaml)[^\n]* up\b", block)]
+
+
+MARKDOWN = sorted(path.relative_to(REPO_ROOT).as_posix() for path in REPO_ROOT.rglob("*.md")
+                  if not {".git", "node_modules", ".build"} & set(path.parts) and ".venv" not in path.as_posix())
+DOCS_WITH_BRING_UPS = [doc for doc in MARKDOWN if bring_ups(read(REPO_ROOT / doc))]
+
+
+def test_the_docs_that_start_compose_files_are_found() -> None:
+    assert {"README.md", "deploy/jupyterhub/README.md"} <= set(DOCS_WITH_BRING_UPS), DOCS_WITH_BRING_UPS
+
+
+@pytest.mark.parametrize("doc", DOCS_WITH_BRING_UPS)
+def test_a_docs_compose_up_sets_every_variable_its_file_requires(doc: str) -> None:
+    for compose_file, block in bring_ups(read(REPO_ROOT / doc)):
+        path = compose_file if (REPO_ROOT / compose_file).exists() else str(Path(doc).parent / compose_file)
+        missing = {name for name in required_variables(path) if not re.search(rf"\b{name}=", block)}
+        assert not missing, f"{doc}: the block that starts {compose_file} never sets {sorted(missing)}"
