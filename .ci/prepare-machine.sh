@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepares a bare CI machine of this workplace for `make test` (see ../shared/docs/machine.md):
+# Prepares a bare CI machine of this workplace for `make test` (docs/testing.md says what each step is for):
 # a current Docker Engine (26, from the next Debian release), the buildx and compose plugins, Chromium
 # for the browser tests, and an offline Debian base image (no registry is reachable here).
 # Every step is idempotent, so a developer can run it again on a machine that already has them.
