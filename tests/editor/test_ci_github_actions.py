@@ -50,7 +50,8 @@ def test_the_workflow_pins_an_immutable_tag_or_a_digest():
 
 
 def test_github_job_container_runs_the_workflow_steps(image, team_repository, tmp_path):
-    job = yaml.safe_load(GITHUB_WORKFLOW.read_text())["jobs"]["test"]
+    workflow = yaml.safe_load(GITHUB_WORKFLOW.read_text())
+    job = workflow["jobs"]["test"]
     runner_uid = GITHUB_RUNNER_UID if os.geteuid() == 0 else os.getuid()
     work, temp, home = tmp_path / "work", tmp_path / "work" / "_temp", tmp_path / "github-home"
     checkout_in_container = "/__w/team-repo/team-repo"
@@ -68,7 +69,8 @@ def test_github_job_container_runs_the_workflow_steps(image, team_repository, tm
         docker("start", name)
         env = {**job.get("env", {}), "GITHUB_WORKSPACE": checkout_in_container}
         env_options = [option for key, value in env.items() for option in ("--env", f"{key}={value}")]
-        assert job["defaults"]["run"]["shell"] == "bash", "the reproduction runs steps as `shell: bash` does"
+        shell = (job.get("defaults") or workflow.get("defaults", {}))["run"]["shell"]
+        assert shell == "bash", "the reproduction runs steps as `shell: bash` does"
         failed = None
         for number, step in enumerate(job["steps"]):
             if "run" not in step or (failed and step.get("if") != "always()"):
