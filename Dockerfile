@@ -10,11 +10,12 @@ ARG FLAVOR=gpu
 # ---- Versions: the one place their defaults are set. The Makefile reads them from these lines;
 # `make build NGC_TAG=...`, compose (.env) and `docker build --build-arg` override them.
 ARG NGC_IMAGE=nvcr.io/nvidia/pytorch
-# The newest NGC release whose notes are public (docs/building.md, "The default NGC release").
-ARG NGC_TAG=25.12-py3
-# The torch that NGC_TAG's release notes name; not a build input (NGC installs it), only what `make help`
-# and the release notes print beside the CPU flavor's TORCH_VERSION, so a team sees when they differ.
-ARG NGC_TORCH_VERSION=2.10.0a0+b4e4ee81d3
+# The newest NGC release that public sources show in use (docs/building.md, "The default NGC release").
+ARG NGC_TAG=26.09-py3
+# The torch of NGC_TAG, as far as public sources name it; not a build input (NGC installs it), only what
+# `make help` and the release notes print beside the CPU flavor's TORCH_VERSION, so a team sees when they
+# differ. The weekly proposal (make ngc-proposal) writes the exact build it reads from the image itself.
+ARG NGC_TORCH_VERSION=2.14
 ARG CPU_BASE_IMAGE=debian:bookworm-slim
 ARG TORCH_VERSION=2.13.0
 # A release build pins its base by digest (sha256:...); empty means "whatever the tag points at now".

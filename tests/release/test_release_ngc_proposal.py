@@ -10,6 +10,7 @@ import difflib
 import hashlib
 import json
 import pathlib
+import re
 import subprocess
 import urllib.request
 
@@ -23,6 +24,15 @@ REPOSITORY = "nvidia/pytorch"
 TORCH_BY_TAG = {"25.12-py3": "2.10.0a0+b4e4ee81d3", "26.01-py3": "2.10.0a0+1111111111",
                 "26.03-py3": "2.11.0a0+3333333333", "26.02-py3-igpu": "2.11.0a0+2222222222",
                 "latest": "2.11.0a0+4444444444", "9.12-py3": "0.4.0"}
+
+
+OLDEST_LISTED = "25.12-py3"
+
+
+def dockerfile_at(ngc_tag: str) -> str:
+    """The Dockerfile with its NGC_TAG line set to NGC_TAG."""
+    return re.sub(r"^ARG NGC_TAG=.*$", f"ARG NGC_TAG={ngc_tag}", (REPO_ROOT / "Dockerfile").read_text(), count=1,
+                  flags=re.M)
 
 
 def upload(address: str, content: bytes) -> str:
@@ -69,7 +79,7 @@ def ngc_registry(tmp_path_factory: pytest.TempPathFactory):
 def test_the_proposal_names_the_newest_release_and_changes_only_its_two_lines(ngc_registry, tmp_path):
     address, digests = ngc_registry
     dockerfile = tmp_path / "Dockerfile"
-    original = (REPO_ROOT / "Dockerfile").read_text()
+    original = dockerfile_at(OLDEST_LISTED)  # the fake registry's releases are newer than it, whatever ours is
     dockerfile.write_text(original)
     result = propose(dockerfile, address)
     assert result.returncode == 0, result.stderr
@@ -85,9 +95,7 @@ def test_the_proposal_names_the_newest_release_and_changes_only_its_two_lines(ng
 def test_on_the_newest_release_the_proposal_changes_nothing(ngc_registry, tmp_path):
     address, _ = ngc_registry
     dockerfile = tmp_path / "Dockerfile"
-    newest = (REPO_ROOT / "Dockerfile").read_text().replace(
-        next(line for line in (REPO_ROOT / "Dockerfile").read_text().splitlines() if line.startswith("ARG NGC_TAG=")),
-        "ARG NGC_TAG=26.03-py3")
+    newest = dockerfile_at("26.03-py3")
     dockerfile.write_text(newest)
     result = propose(dockerfile, address)
     assert result.returncode == 0 and "nothing to propose" in result.stdout, result.stdout + result.stderr
