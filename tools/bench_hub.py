@@ -24,8 +24,16 @@ def main() -> None:
             add_user(hub, user)
         for user in USERS:
             started = time.monotonic()
-            open_jupyterlab(hub, user, log_in(hub, user))
-            print(f"{user}: login to JupyterLab answering: {time.monotonic() - started:.1f} s", flush=True)
+            session = log_in(hub, user)
+            logged_in = time.monotonic()
+            open_jupyterlab(hub, user, session)
+            print(f"{user}: login to JupyterLab answering: {time.monotonic() - started:.1f} s "
+                  f"(the login POST and its redirects: {logged_in - started:.1f} s)", flush=True)
+        # The hub's own account of each spawn ("Server alice is ready", "took N seconds to start").
+        hub_log = subprocess.run(["docker", "logs", f"{hub.run}-hub"], capture_output=True, text=True, timeout=60)
+        for line in (hub_log.stdout + hub_log.stderr).splitlines():
+            if "seconds to start" in line:
+                print("hub:", line.strip(), flush=True)
         time.sleep(IDLE_S)
         containers = [hub.container_of(user) for user in USERS] + [f"{hub.run}-hub"]
         print(subprocess.run(["docker", "stats", "--no-stream", "--format", "{{.Name}}: {{.MemUsage}}", *containers],
