@@ -15,7 +15,7 @@ import paramiko
 import pytest
 
 from tests.support.containers import docker, run_container_to_completion, start_container
-from tests.support.ssh_client import generate_key, host_key_fingerprint, public_line, run, ssh_session
+from tests.support.ssh_client import SSH_TIMEOUT_S, generate_key, host_key_fingerprint, public_line, run, ssh_session
 from tests.support.training import RUN_TIMEOUT_S, TINY_MODEL, trainer_command
 from tests.support.waiting import wait_until
 
@@ -110,8 +110,9 @@ def test_an_unknown_key_is_refused(ssh_port):
 
 def test_only_publickey_authentication_is_offered(ssh_port):
     transport = paramiko.Transport(("127.0.0.1", ssh_port))
+    transport.banner_timeout = SSH_TIMEOUT_S  # paramiko's own default is 15 s
     try:
-        transport.start_client(timeout=20)
+        transport.start_client(timeout=SSH_TIMEOUT_S)
         with pytest.raises(paramiko.BadAuthenticationType) as refused:
             transport.auth_none("dev")
         assert refused.value.allowed_types == ["publickey"]

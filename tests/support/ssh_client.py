@@ -47,6 +47,7 @@ def run(client: paramiko.SSHClient, command: str, timeout: float = 120) -> tuple
 
 def host_key_fingerprint(port: int) -> str:
     transport = paramiko.Transport(("127.0.0.1", port))
+    transport.banner_timeout = SSH_TIMEOUT_S  # as ssh_session's; paramiko's own default is 15 s
     try:
         transport.start_client(timeout=SSH_TIMEOUT_S)
         return transport.get_remote_server_key().fingerprint
