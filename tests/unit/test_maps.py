@@ -258,8 +258,7 @@ def bring_ups(text: str) -> list[tuple[str, str]]:
             for match in re.findall(r"compose .*?-f (\S+\.yaml)[^\n]* up\b", block)]
 
 
-MARKDOWN = sorted(path.relative_to(REPO_ROOT).as_posix() for path in REPO_ROOT.rglob("*.md")
-                  if not {".git", "node_modules", ".build"} & set(path.parts) and ".venv" not in path.as_posix())
+MARKDOWN = [path.relative_to(REPO_ROOT).as_posix() for path in repository_text_files() if path.suffix == ".md"]
 DOCS_WITH_BRING_UPS = [doc for doc in MARKDOWN if bring_ups(read(REPO_ROOT / doc))]
 
 
