@@ -16,6 +16,9 @@ if [[ -z $constraints ]]; then
   constraints=$(mktemp)
   pip freeze --all >"$constraints"
 fi
+# left-out.txt names packages the image leaves out (and says why); the lock must not pin them.
+left_out=()
+while read -r package; do left_out+=(--no-emit-package "$package"); done < <(grep -v '^\s*\(#\|$\)' "$here/left-out.txt")
 # uv reads CAs from SSL_CERT_FILE; pip-trust-ca.sh put the extra CA (if any) into PIP_CERT.
 SSL_CERT_FILE=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt} UV_CACHE_DIR=$tools/cache \
   "$tools/bin/uv" pip compile "$here/requirements.txt" \
@@ -23,6 +26,7 @@ SSL_CERT_FILE=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt} UV_CACHE_DIR=$tool
   --python "$(command -v python3)" \
   --index-url "${PIP_INDEX_URL:-https://pypi.org/simple}" \
   --generate-hashes \
+  "${left_out[@]}" \
   --custom-compile-command "make lock FLAVOR=$flavor" \
   --output-file "$here/requirements-$flavor.lock" --quiet
 [[ -z ${LOCK_OWNER:-} ]] || chown "$LOCK_OWNER" "$here/requirements-$flavor.lock"
