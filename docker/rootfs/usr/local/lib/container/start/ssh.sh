@@ -8,17 +8,17 @@
 readonly HOST_KEYS_DIR=/etc/ssh/host_keys
 readonly AUTHORIZED_KEYS_DIR=/etc/ssh/authorized_keys
 
+# One ed25519 host key: every client that speaks this sshd's key exchanges (OpenSSH 8.5+, paramiko, PuTTY)
+# knows it, and it takes milliseconds to make, where an RSA key took one to three seconds of each first
+# start. An RSA key left in the volume by an older image is no longer offered.
 ensure_host_keys() {
-  local type key
+  local key=$HOST_KEYS_DIR/ssh_host_ed25519_key
   mkdir -p "$HOST_KEYS_DIR" 2>/dev/null || true
-  for type in ed25519 rsa; do
-    key=$HOST_KEYS_DIR/ssh_host_${type}_key
-    [[ -s $key ]] && continue
-    [[ -w $HOST_KEYS_DIR ]] ||
-      fatal "cannot write the SSH host keys into $HOST_KEYS_DIR (read-only or missing); mount it writable for the first start, or put ssh_host_ed25519_key and ssh_host_rsa_key there"
-    ssh-keygen -q -t "$type" -N '' -C "" -f "$key"
-    log_info "generated SSH host key $(ssh-keygen -l -f "$key.pub" | cut -d' ' -f2) ($type)"
-  done
+  [[ -s $key ]] && return 0
+  [[ -w $HOST_KEYS_DIR ]] ||
+    fatal "cannot write the SSH host key into $HOST_KEYS_DIR (read-only or missing); mount it writable for the first start, or put ssh_host_ed25519_key there"
+  ssh-keygen -q -t ed25519 -N '' -C "" -f "$key"
+  log_info "generated SSH host key $(ssh-keygen -l -f "$key.pub" | cut -d' ' -f2) (ed25519)"
 }
 
 # Key types this sshd accepts (OpenSSH 9 refuses DSA, and RSA keys under 1024 bits), as ssh-keygen -l
