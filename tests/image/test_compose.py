@@ -81,9 +81,9 @@ def test_compose_up_on_a_cpu_host_gives_jupyter_and_ssh(compose_project):
     try:
         # compose can exit 0 while the service failed to start: the container's state is the truth.
         container.wait_until_healthy()
-        # compose.yaml names no start interval (Podman): Docker takes the image's, one probe a second.
+        # compose.yaml names no start interval (Podman): Docker takes the image's, two probes a second.
         probe = json.loads(docker("inspect", "--format", "{{json .Config.Healthcheck}}", container.name).stdout)
-        assert probe["StartInterval"] == 10**9 and probe["Interval"] == 5 * 10**9, probe
+        assert probe["StartInterval"] == 5 * 10**8 and probe["Interval"] == 5 * 10**9, probe
         contents = requests.get(f"http://127.0.0.1:{env['JUPYTER_PORT']}/api/contents",
                                 params={"token": env["JUPYTER_TOKEN"]}, timeout=10)
         assert contents.status_code == 200

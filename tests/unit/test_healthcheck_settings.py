@@ -35,6 +35,6 @@ def test_the_image_and_compose_probe_the_same_way():
     assert "/usr/local/bin/healthcheck" in image["test"] and "/usr/local/bin/healthcheck" in compose["test"]
 
 
-def test_the_image_probes_every_second_while_starting_and_compose_leaves_that_to_it():
-    assert dockerfile_healthcheck()["start_interval"] == "1s"
+def test_the_image_probes_twice_a_second_while_starting_and_compose_leaves_that_to_it():
+    assert dockerfile_healthcheck()["start_interval"] == "0.5s"
     assert "start_interval" not in compose_healthcheck()
