@@ -8,9 +8,12 @@ import glob
 import os
 import sys
 
+from dockerspawner import DockerSpawner
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_assignment import device_requests, gpus_for  # noqa: E402
 from hub_settings import MIN_PASSWORD_LENGTH, SettingsError, read_settings  # noqa: E402
+from server_readiness import wait_until_answers  # noqa: E402
 from team_authenticator import TeamAuthenticator  # noqa: E402
 from user_networks import connect_hub_to_user_networks, give_user_a_network  # noqa: E402
 
@@ -52,7 +55,20 @@ c.NativeAuthenticator.allowed_failed_logins = 5
 c.NativeAuthenticator.seconds_before_next_try = 600
 
 # ---- What each user gets: their own container of the image, on a network of their own.
-c.JupyterHub.spawner_class = "docker"
+class PromptDockerSpawner(DockerSpawner):
+    """DockerSpawner whose start returns once the user's server answers (server_readiness.py), so the
+    hub's backoff, which can look 3 s late, finds it up at its first check."""
+
+    async def start(self):
+        ip, port = await super().start()
+        await wait_until_answers(ip, port, self.server.base_url, self.http_timeout, self.container_runs)
+        return ip, port
+
+    async def container_runs(self) -> bool:
+        return await self.poll() is None
+
+
+c.JupyterHub.spawner_class = PromptDockerSpawner
 c.DockerSpawner.image = SETTINGS.user_image
 c.DockerSpawner.network_name = SETTINGS.network  # each spawn replaces it with the user's own network
 c.DockerSpawner.use_internal_ip = True
