@@ -171,12 +171,13 @@ def add_user(hub: Hub, user: str, admin: requests.Session | None = None) -> None
     assert authorized.ok, (authorized.status_code, authorized.text[-2000:])
 
 
-def open_jupyterlab(hub: Hub, user: str, session: requests.Session) -> JupyterAccess:
-    """Opens /user/USER/lab until the user's own server answers it (the hub spawns it after login)."""
+def open_jupyterlab(hub: Hub, user: str, session: requests.Session, poll_s: float = 2) -> JupyterAccess:
+    """Opens /user/USER/lab every POLL_S seconds until the user's own server answers it (the hub spawns it
+    after login)."""
     lab = hub.url + f"user/{user}/lab"
 
     def lab_page() -> bool:
         response = session.get(lab, timeout=60)
         return response.status_code == 200 and response.url.startswith(lab) and "JupyterLab" in response.text
-    wait_until(lab_page, SPAWN_TIMEOUT_S, interval=2, failure=hub.logs)
+    wait_until(lab_page, SPAWN_TIMEOUT_S, interval=poll_s, failure=hub.logs)
     return JupyterAccess(hub.url + f"user/{user}/", session=session)
