@@ -1,6 +1,7 @@
 """Publishing through a real registry: `make push` to Debian's docker-registry on 127.0.0.1, pull the
 image back by tag, and run the image test suite (tests/image/test_image.py, tests/image/test_torchrun.py) on the
-pulled reference.
+pulled reference. (A release build's base pinned by digest is tested with the second build of
+tests/release/test_release_reproducible.py, which goes through a registry of its own.)
 
     make test PYTEST_ARGS="tests/release/test_release_registry.py"
 
@@ -10,7 +11,6 @@ only the registry-prefixed references are removed and pulled again, since other 
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.containers import docker
 from tests.support.local_registry import local_registry, registry_api
-from tests.support.release import REPO_ROOT, build_variables, make, split_image_ref
+from tests.support.release import REPO_ROOT, make, split_image_ref
 
 SUITE_ON_PULLED_IMAGE = ["tests/image/test_image.py", "tests/image/test_torchrun.py"]
 PUSH_TIMEOUT_S = 900
@@ -77,28 +77,3 @@ def test_pushed_digest_pulls_the_same_image(registry, image, flavor):
         assert image_id(digest_ref) == image_id(image)
     finally:
         docker("image", "rm", digest_ref, check=False)
-
-
-def test_a_release_build_pins_its_base_by_digest(registry, image, flavor, tmp_path):
-    """RELEASE=1 builds FROM base@digest (resolved through the registry) and records the digest in a label;
-    a digest the registry does not hold fails the build."""
-    if flavor != "cpu":
-        pytest.skip("the registry here can hold only the CPU flavor's base; the GPU base is NGC's")
-    base = f"{registry}/debian:bookworm-slim"
-    docker("tag", "debian:bookworm-slim", base)
-    docker("push", base, timeout=PUSH_TIMEOUT_S)  # gives the local base its registry digest
-    release_image = f"pt-release-digest-test:{os.getpid()}"
-    try:
-        # Its SBOM goes to tmp_path: .build holds the SBOM of the image under test, which test_release.py reads.
-        built = make("build", release_image, "cpu", "RELEASE=1", f"CPU_BASE_IMAGE={base}", f"RELEASE_DIR={tmp_path}",
-                     *build_variables())
-        assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-        digest = docker("image", "inspect", "--format", "{{index .RepoDigests 0}}", base).stdout.strip().split("@")[1]
-        labels = json.loads(docker("image", "inspect", "--format", "{{json .Config.Labels}}", release_image).stdout)
-        assert labels["dev.pytorch-dev.base-digest"] == digest
-
-        wrong = make("build", release_image, "cpu", "RELEASE=1", f"CPU_BASE_IMAGE={base}", f"RELEASE_DIR={tmp_path}",
-                     f"BASE_DIGEST=sha256:{'0' * 64}", *build_variables())
-        assert wrong.returncode != 0 and "sha256:" + "0" * 64 in wrong.stdout + wrong.stderr
-    finally:
-        docker("image", "rm", release_image, base, check=False)
