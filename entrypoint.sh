@@ -184,6 +184,9 @@ run_command() {
 rm -f "$RUN_DIR/started" "$RUN_DIR/services"
 run_core_steps
 run_user_hooks
+# How this container runs, in one line (docs/how-it-runs.md has the table of what each part means).
+resolve_what_the_line_says
+log_info "$(describe_resolved_mode)"
 if ((ENABLE_SSH)); then write_session_env; fi
 start_gpu_exporter
 # Start-up is done: from here on `docker exec` sees the final user, ids and files (tests wait for the

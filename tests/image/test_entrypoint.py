@@ -26,6 +26,17 @@ def test_a_default_start_is_healthy_and_logs_no_warning_or_error(containers):
     logs = container.logs()
     assert "started: ssh jupyter" in logs
     assert warning_lines(logs) == [] and error_lines(logs) == [], logs
+    # The one line that says how the container runs (docs/how-it-runs.md, "The modes").
+    assert ("[start] services; dev 1000:1000 from root; auth token; ssh on; jupyter on; gpu exporter off; "
+            "own pid namespace; writable root") in logs.splitlines(), logs
+
+
+def test_the_start_line_says_a_command_under_another_uid_on_a_read_only_root(containers):
+    container = containers(command=["sleep", "infinity"], options=["--user", "1234:1234", "--read-only", "--tmpfs", "/tmp",
+                                                                    "--tmpfs", "/run/container:mode=1777"])
+    container.wait_until_started()
+    assert ("[start] command; dev 1234:1234 as --user; auth none; ssh off; jupyter off; gpu exporter off; "
+            "own pid namespace; read-only root") in container.logs().splitlines(), container.logs()
 
 
 def test_a_file_made_in_the_workspace_belongs_to_puid_pgid(containers, tmp_path):
