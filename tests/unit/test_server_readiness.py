@@ -10,14 +10,15 @@ import asyncio
 import pytest
 
 from server_readiness import http_status, wait_until_answers
+from tests.support.containers import free_port
 
 # The waits below end by the rule under test long before this; a wait that ignored it would hang here.
 GUARD_S = 20
 
 
-async def serve(status_lines: list[bytes]):
-    """A server on a free loopback port answering each request with the next status line (the last
-    one repeats); returns the server, its port and the list of paths it was asked for."""
+async def serve(status_lines: list[bytes], port: int = 0):
+    """A server on loopback PORT (0: a free one) answering each request with the next status line (the
+    last one repeats); returns the server, its port and the list of paths it was asked for."""
     asked: list[str] = []
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -27,7 +28,7 @@ async def serve(status_lines: list[bytes]):
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    server = await asyncio.start_server(answer, "127.0.0.1", port)
     return server, server.sockets[0].getsockname()[1], asked
 
 
@@ -36,32 +37,16 @@ async def running() -> bool:
 
 
 def test_nothing_listening_is_no_status():
-    async def scenario():
-        server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        server.close()
-        await server.wait_closed()
-        return await http_status("127.0.0.1", port, "/")
-    assert asyncio.run(scenario()) is None
+    assert asyncio.run(http_status("127.0.0.1", free_port(), "/")) is None  # reserved, never listening
 
 
 def test_a_server_that_starts_late_is_found_once_it_answers_and_the_hubs_path_is_asked():
     async def scenario():
-        probe = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
-        port = probe.sockets[0].getsockname()[1]
-        probe.close()
-        await probe.wait_closed()
+        port = free_port()  # reserved, not listening: connections are refused until the server starts
         waiting = asyncio.create_task(wait_until_answers("127.0.0.1", port, "/user/alice/", GUARD_S, running))
-        await asyncio.sleep(0.5)  # connections refused meanwhile
+        await asyncio.sleep(0.5)
         assert not waiting.done()
-        asked: list[str] = []
-
-        async def answer(reader, writer):
-            asked.append((await reader.readline()).split()[1].decode())
-            writer.write(b"HTTP/1.1 302 Found\r\nLocation: /user/alice/lab\r\nContent-Length: 0\r\n\r\n")
-            await writer.drain()
-            writer.close()
-        server = await asyncio.start_server(answer, "127.0.0.1", port)
+        server, _, asked = await serve([b"HTTP/1.1 302 Found"], port)
         found = await asyncio.wait_for(waiting, GUARD_S)
         server.close()
         return found, asked
