@@ -106,7 +106,6 @@ ENV SHELL=/bin/bash \
     JUPYTER_CONTAINER_PORT=8888 \
     GPU_EXPORTER_PORT=9400 \
     LANG=C.UTF-8 \
-    PYTHONUNBUFFERED=1 \
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
 # Everything baked into the image from docker/: configs, core start-up steps, healthcheck, motd.
@@ -127,6 +126,9 @@ RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTI
  # user-packages, the tool that repairs the user's environment, runs on the image's Python, never on that
  # environment's (first on PATH once activated), where a .pth file that hangs would hang the tool too.
  && sed -i "1s|^#!.*|#!$(command -v python3)|" /usr/local/bin/user-packages \
+ # stdout and stderr of every Python a line at a time, one write each (the file says why).
+ && ln -s /usr/local/lib/container/line-buffered-output.pth \
+      "$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/" \
  && ln -sf /opt/scripts/doctor.py /usr/local/bin/doctor \
  # Group 0 with the owner's rights (g=u): OpenShift runs the image as an arbitrary uid in group 0.
  # What a base left in it (NGC's license and tutorials, world-writable) becomes the user's the same way.
