@@ -65,3 +65,28 @@ LIVE=(400 401 600 601 602) WORK=(401 601 602)
 """
     arrays = run_stop_functions(table, "keep_descendants_only")
     assert (arrays["LIVE"].split(), arrays["WORK"].split()) == (["600", "601", "602"], ["601", "602"])
+
+
+def test_a_later_scan_signals_only_the_tops_no_earlier_scan_saw():
+    # Under the shell 100: flock (101) running a trainer (102, DataLoader worker 103); torchrun (110) with
+    # workers 111 and 112; a pipeline typed at the shell, python (130) | tee (131) in 130's group.
+    first = """
+PARENT=([100]=$$ [101]=100 [102]=101 [103]=102 [110]=100 [111]=110 [112]=110 [130]=100 [131]=100)
+GROUP=([100]=100 [101]=101 [102]=101 [103]=101 [110]=110 [111]=110 [112]=110 [130]=130 [131]=130)
+HOLDER=([100]=1)
+COMMAND=([110]="/usr/bin/python /usr/local/bin/torchrun --standalone /opt/scripts/train_ddp.py")
+WORK=(101 102 103 110 111 112 130 131)
+"""
+    # Then flock died of its SIGTERM (its trainer now PID 1's), torchrun's workers and python 130 ended,
+    # and the shell's loop started another trainer (140).
+    later = """
+PARENT=([100]=$$ [102]=1 [103]=102 [110]=100 [131]=100 [140]=100)
+GROUP=([100]=100 [102]=101 [103]=101 [110]=110 [131]=130 [140]=140)
+HOLDER=([100]=1)
+COMMAND=([110]="/usr/bin/python /usr/local/bin/torchrun --standalone /opt/scripts/train_ddp.py")
+WORK=(102 103 110 131 140)
+"""
+    arrays = run_stop_functions(first, f'find_tops; echo "FIRST=${{TOPS[*]}}"\n{later}\nfind_tops')
+    assert arrays["FIRST"].split() == ["101", "111", "112", "130"]
+    # Not torchrun, whose workers had the signal, nor tee, left to drain: only the new tops.
+    assert (arrays["TOPS"].split(), arrays["READERS"]) == (["102", "140"], "")

@@ -26,6 +26,10 @@
 #        paragraph) says what to do for other readers.) No timer decides when a reader has drained: one
 #        second was too short for `tee` on a busy machine, and the container then exited 143.
 #   2. Wait for all of that work to exit, for at most STOP_TIMEOUT seconds (25: inside compose's 30 s).
+#      Work that becomes a top meanwhile gets step 1 in its turn: a launcher that dies of its SIGTERM
+#      without passing it on (`flock`, a sweep script's subprocess.run) leaves its trainer a top of its
+#      own, and a shell's loop may start another. So a pass after which some of the work has exited
+#      scans again (at most once a second), and the wait ends only when a scan finds no work left.
 #   3. SIGTERM to everything left, services included.
 # Without a PID namespace of its own (Apptainer's default, `docker run --pid=host`) every step looks only
 # at the entrypoint's descendants: the host's other processes are never signalled.
@@ -62,6 +66,9 @@ LIVE=()    # every live process but PID 1 and the entrypoint
 WORK=()    # LIVE without the session holders
 TOPS=()    # what step 1 signals now
 READERS=() # later pipeline stages, left to end at the end of their input
+# The tops step 1 has seen, signalled or left to drain, so a later scan acts on new ones only: not on a
+# torchrun whose workers it signalled, nor on a reader whose writers are gone.
+declare -A HANDLED_TOPS=()
 
 # Made at start-up, while forking is still certain to work.
 prepare_stop_path() {
@@ -148,7 +155,8 @@ read_command() {
 }
 
 # Sets TOPS and READERS for the WORK that scan_processes found: the processes whose parent is a session
-# holder, but for torchrun its workers, and without the later stages of pipelines.
+# holder, but for torchrun its workers, and without the later stages of pipelines. Tops in HANDLED_TOPS
+# are skipped, and each new one is added to it.
 # torchrun may run under a wrapper (scripts/multinode/torchrun_node.py, as our manifests start it): a
 # top with a torchrun agent below it is handled as that agent, whose workers get the signal; the
 # wrapper and the agent are left to see them finish, and end with 0.
@@ -174,7 +182,8 @@ find_tops() {
     [[ -z ${IS_TOP[$up]-} ]] || AGENTS_BELOW[$up]+=" $pid"
   done
   for pid in "${WORK[@]}"; do
-    [[ -n ${IS_TOP[$pid]-} ]] || continue
+    [[ -n ${IS_TOP[$pid]-} && -z ${HANDLED_TOPS[$pid]-} ]] || continue
+    HANDLED_TOPS[$pid]=1
     parent=${PARENT[$pid]}
     leader=${GROUP[$pid]}
     # A later pipeline stage: its process group is led by a sibling that is not a session holder.
@@ -226,10 +235,11 @@ describe_processes() {
   done
 }
 
-# Waits until none of WORK is alive, or TIMEOUT seconds; sets LEFT to those still alive. Each pass
-# looks only at what the last one found alive (is_alive inlined, as in find_tops).
+# Waits until no work is alive, or TIMEOUT seconds; sets LEFT to the work still alive. Each pass looks
+# only at what the last one found alive (is_alive inlined, as in find_tops); after a pass in which some
+# of it exited, a new scan signals the new tops (step 2 above).
 wait_for_work() {
-  local timeout=$1 deadline pid stat alive
+  local timeout=$1 deadline pid stat alive scanned_at=-1
   deadline=$((SECONDS + timeout))
   LEFT=("${WORK[@]}")
   while :; do
@@ -240,10 +250,27 @@ wait_for_work() {
       [[ ${stat:0:1} == Z ]] && continue
       alive+=("$pid")
     done
+    if ((SECONDS >= deadline)); then LEFT=("${alive[@]}") && return; fi
+    if ((${#alive[@]} < ${#LEFT[@]} && SECONDS != scanned_at)) || ((${#alive[@]} == 0)); then
+      scanned_at=$SECONDS
+      signal_new_tops
+      alive=("${WORK[@]}")
+    fi
     LEFT=("${alive[@]}")
-    if ((${#LEFT[@]} == 0 || SECONDS >= deadline)); then return; fi
+    ((${#LEFT[@]})) || return 0
     pause_between_checks
   done
+}
+
+# Step 1 again, for the tops a new scan finds that no earlier one did; WORK is what it found.
+signal_new_tops() {
+  scan_processes
+  ((${#WORK[@]})) || return 0
+  find_tops
+  ((${#TOPS[@]})) || return 0
+  describe_processes "${TOPS[@]}"
+  log_info "stopping: SIGTERM to work whose launcher exited or that started since: $DESCRIPTION"
+  kill -TERM -- "${TOPS[@]}" 2>/dev/null || true
 }
 
 # Steps 1 and 2. Sets WORK_ENDED_IN_TIME to 1 when all of the user's work exited within STOP_TIMEOUT.
