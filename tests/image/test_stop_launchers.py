@@ -12,15 +12,9 @@ import time
 import pytest
 
 from tests.support.containers import docker
-from tests.support.stopping import ENDLESS_RUN, GRACE_PERIOD_S, read_file, saved_checkpoints, wait_until_trained
+from tests.support.stopping import GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_arguments, wait_until_trained
 
 STOP_TIMEOUT_S = 10
-
-
-def plain_trainer(name: str) -> list[str]:
-    """One process of the sample trainer, no torchrun (whose workers the stop finds by their agent)."""
-    return ["python", "/opt/scripts/train_ddp.py", *ENDLESS_RUN.split(), "--ckpt-dir", f"/tmp/{name}-ckpt",
-            "--metrics-file", f"/tmp/{name}.jsonl"]
 
 
 def sweep(argv: list[str]) -> list[str]:
@@ -35,7 +29,7 @@ LAUNCHERS = {"flock": lambda argv: ["flock", "/tmp/trial.lock", *argv], "sweep":
 def test_a_trainer_below_a_launcher_that_does_not_pass_sigterm_on_saves(containers, tmp_path, launcher):
     container = containers(options=["--env", "ENABLE_JUPYTER=0", "--env", f"STOP_TIMEOUT={STOP_TIMEOUT_S}"])
     container.wait_until_started()
-    command = shlex.join(LAUNCHERS[launcher](plain_trainer(launcher)))
+    command = shlex.join(LAUNCHERS[launcher](trainer_arguments(launcher, nproc=None)))
     docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c",
            f"OMP_NUM_THREADS=1 {command} > /tmp/{launcher}.log 2>&1")
     wait_until_trained(container, launcher)

@@ -20,7 +20,7 @@ from tests.support.containers import Container, docker, start_container
 from tests.support.dashboard import as_prometheus_runs_it, label_values_query, load_dashboard, panels_by_row
 from tests.support.prometheus_server import (CONFIG_DIR, PrometheusServer, fast_config_copy, promtool,
                                                 start_prometheus)
-from tests.support.training import TINY_MODEL
+from tests.support.training import TINY_MODEL, trainer_argv
 
 TRAINER_PORT = 9401
 GPU_EXPORTER_PORT = 9400
@@ -36,8 +36,7 @@ LOSS_FALLS_BY_STEP = 200  # the loss is well below its first value by then, at l
 
 
 def torchrun_command(rdzv_id: str) -> list[str]:
-    return ["bash", "-c", "exec torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d "
-            f"--rdzv-endpoint=node0:29400 --rdzv-id={rdzv_id} /opt/scripts/train_ddp.py {TRAINING}"]
+    return trainer_argv(TRAINING, nproc=1, nnodes=2, rdzv_endpoint="node0:29400", rdzv_id=rdzv_id)
 
 
 @pytest.fixture(scope="module")

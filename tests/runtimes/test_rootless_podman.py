@@ -19,13 +19,10 @@ from tests.support import REPO_ROOT
 from tests.support.containers import free_port
 from tests.support.podman import RootlessPodman, load_image, reset, rootless_podman
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
-from tests.support.training import TINY_RUN
+from tests.support.stopping import GRACE_PERIOD_S, endless_run_command
 from tests.support.waiting import wait_until
 
-GRACE_PERIOD_S = 30
-ENDLESS_RUN = f"{TINY_RUN} --max-steps 100000 --save-every 0 --num-workers 1"
-TMUX_TRAINER = (f"OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=1 /opt/scripts/train_ddp.py {ENDLESS_RUN} "
-                "--ckpt-dir /tmp/tmux-ckpt --metrics-file /tmp/tmux.jsonl > /tmp/tmux.log 2>&1")
+TMUX_TRAINER = endless_run_command("tmux", 1)
 
 
 @pytest.fixture(scope="module")

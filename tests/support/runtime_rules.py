@@ -14,6 +14,7 @@ import subprocess
 import requests
 
 from tests.support.containers import Container, docker
+from tests.support.training import trainer_command
 
 # A caller of Slurm or of a cluster: an id the image has no passwd entry for.
 CALLER_UID = 4242
@@ -22,8 +23,8 @@ OPENSHIFT_UID = 1000680000  # from an OpenShift project's range; the group is al
 FS_GROUP = 2000             # Kubernetes' fsGroup: the group every volume of the pod is given
 
 # The 2-rank run each runtime's job makes: seconds on a CPU, one checkpoint at its end.
-TRAIN = ("OMP_NUM_THREADS=1 timeout 150 torchrun --standalone --nproc-per-node=2 /opt/scripts/train_ddp.py "
-         "--model tiny --image-size 16 --synthetic-samples 64 --batch-size 8 --max-steps 4 --log-every 1")
+TRAIN = trainer_command("--model tiny --image-size 16 --synthetic-samples 64 --batch-size 8 --max-steps 4 --log-every 1",
+                        nproc=2, timeout_s=150)
 
 
 @dataclasses.dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pathlib
 
 from tests.support.containers import Container, docker
-from tests.support.training import TINY_RUN, trainer_command
+from tests.support.training import TINY_RUN, trainer_argv, trainer_command
 from tests.support.waiting import wait_until
 
 GRACE_PERIOD_S = 30  # compose's stop_grace_period
@@ -17,17 +17,21 @@ ENDLESS_RUN = f"{TINY_RUN} --max-steps 100000 --save-every 0 --num-workers 1"
 TRAINER_STARTS_S = 240  # torch's import and the rendezvous, on 2 shared cores
 
 
-def trainer_arguments(name: str, nproc: int) -> list[str]:
-    """torchrun's command line for a trainer that writes /tmp/NAME.jsonl and saves to /tmp/NAME-ckpt."""
-    return ["torchrun", "--standalone", f"--nproc-per-node={nproc}", "/opt/scripts/train_ddp.py",
-            *ENDLESS_RUN.split(), "--ckpt-dir", f"/tmp/{name}-ckpt", "--metrics-file", f"/tmp/{name}.jsonl"]
+def endless_flags(name: str) -> str:
+    """The endless run's flags, for a trainer that writes /tmp/NAME.jsonl and saves to /tmp/NAME-ckpt."""
+    return f"{ENDLESS_RUN} --ckpt-dir /tmp/{name}-ckpt --metrics-file /tmp/{name}.jsonl"
+
+
+def trainer_arguments(name: str, nproc: int | None) -> list[str]:
+    """The endless trainer NAME's command line as words: under torchrun with NPROC ranks, or plain python
+    when NPROC is None."""
+    return trainer_argv(endless_flags(name), nproc=nproc)
 
 
 def endless_run_command(name: str, nproc: int) -> str:
     """The same as a shell command whose output goes to /tmp/NAME.log, with no timeout around torchrun:
     the container's stop must find torchrun itself as the launcher."""
-    flags = f"{ENDLESS_RUN} --ckpt-dir /tmp/{name}-ckpt --metrics-file /tmp/{name}.jsonl"
-    return f"{trainer_command(flags, nproc=nproc, timeout_s=None)} > /tmp/{name}.log 2>&1"
+    return f"{trainer_command(endless_flags(name), nproc=nproc, timeout_s=None)} > /tmp/{name}.log 2>&1"
 
 
 def wait_until_trained(container: Container, name: str) -> None:

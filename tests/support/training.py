@@ -45,18 +45,38 @@ def make_workdir(host: testinfra.host.Host) -> str:
     return host.check_output("mktemp -d")
 
 
-def trainer_command(flags: str = "", *, nproc: int | None = 2, scripts_dir: str = IMAGE_SCRIPTS_DIR,
-                    script: str | None = None, launcher_options: str = "",
-                    timeout_s: int | None = RUN_TIMEOUT_S) -> str:
+def launcher_words(nproc: int | None, nnodes: int = 1, rdzv_endpoint: str | None = None,
+                   rdzv_id: str | None = None) -> list[str]:
+    """torchrun with NPROC ranks on this node: standalone (a free rendezvous port), or one of NNODES nodes
+    meeting at RDZV_ENDPOINT; plain python when NPROC is None."""
+    if nproc is None:
+        return ["python"]
+    if rdzv_endpoint is None:
+        return ["torchrun", "--standalone", f"--nproc-per-node={nproc}"]
+    return ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
+
+
+def trainer_command(flags: str = "", *, nproc: int | None = 2, nnodes: int = 1, rdzv_endpoint: str | None = None,
+                    rdzv_id: str | None = None, scripts_dir: str = IMAGE_SCRIPTS_DIR, script: str | None = None,
+                    launcher_options: str = "", timeout_s: int | None = RUN_TIMEOUT_S) -> str:
     """The one launch line of the sample trainer in every suite: SCRIPTS_DIR/train_ddp.py (or SCRIPT, a
-    wrapper around it) under torchrun on one node with NPROC ranks on a free rendezvous port, or plain
-    python when NPROC is None; one thread per rank; under coreutils timeout, so nothing hangs. FLAGS
-    follow the script (TINY_MODEL or TINY_RUN for the tiny run). TIMEOUT_S None leaves timeout out, for
-    a run that the container's stop must find as the launcher itself (tests/image/test_stop.py)."""
-    launcher = "python" if nproc is None else f"torchrun --standalone --nproc-per-node={nproc}"
+    wrapper around it) under torchrun (launcher_words) or plain python; one thread per rank; under
+    coreutils timeout, so nothing hangs. FLAGS follow the script (TINY_MODEL or TINY_RUN for the tiny
+    run). TIMEOUT_S None leaves timeout out, for a run that the container's stop must find as the
+    launcher itself (tests/image/test_stop.py). tests/unit/test_launch_lines.py fails on a launch line
+    written anywhere else."""
+    launcher = " ".join(launcher_words(nproc, nnodes, rdzv_endpoint, rdzv_id))
     timeout = f"timeout {timeout_s}" if timeout_s else ""
     script = script or f"{scripts_dir}/train_ddp.py"
     return " ".join(part for part in (ENV, timeout, launcher, launcher_options, script, flags) if part)
+
+
+def trainer_argv(flags: str = "", *, nproc: int | None = 2, nnodes: int = 1, rdzv_endpoint: str | None = None,
+                 rdzv_id: str | None = None, scripts_dir: str = IMAGE_SCRIPTS_DIR) -> list[str]:
+    """The same launch line as words, for `docker exec` or a container's command: no timeout, and no
+    environment (the caller's, or its own `env OMP_NUM_THREADS=1`)."""
+    return [*launcher_words(nproc, nnodes, rdzv_endpoint, rdzv_id), f"{scripts_dir}/train_ddp.py", *shlex.split(flags)]
 
 
 # What interrupt_when_step_logged sends, where $pid is coreutils timeout (trainer_command() wraps torchrun in it),

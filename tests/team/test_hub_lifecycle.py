@@ -16,7 +16,7 @@ import pytest
 from tests.support.containers import docker
 from tests.support.hub import USERS, Hub, JupyterAccess, add_user, hub_answers, log_in, open_jupyterlab, running_hub
 from tests.support.jupyter_websockets import run_in_terminal
-from tests.support.training import TINY_RUN
+from tests.support.training import TINY_RUN, trainer_command
 from tests.support.waiting import wait_until
 
 IDLE_TIMEOUT_S = 60
@@ -39,9 +39,8 @@ def servers(hub) -> dict[str, JupyterAccess]:
 @pytest.fixture(scope="module")
 def trainer(hub, servers) -> str:
     """A trainer started in alice's terminal, left running with no browser watching; her container."""
-    command = ("cd /workspace && OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=1 "
-               f"/opt/scripts/train_ddp.py {TINY_RUN} --max-steps 1000000 --save-every 1000000 "
-               f"--metrics-file {METRICS} > /workspace/train.log 2>&1")
+    flags = f"{TINY_RUN} --max-steps 1000000 --save-every 1000000 --metrics-file {METRICS}"
+    command = f"cd /workspace && {trainer_command(flags, nproc=1, timeout_s=None)} > /workspace/train.log 2>&1"
     run_in_terminal(servers["alice"], f'{command} & echo "trainer""-started"', "trainer-started")
     container = hub.container_of("alice")
     wait_until(lambda: steps(container)[-1:] >= [2], 240, interval=1, failure="the trainer never trained")

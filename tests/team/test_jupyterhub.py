@@ -16,7 +16,7 @@ import requests
 from tests.support.containers import docker
 from tests.support.hub import USERS, Hub, JupyterAccess, add_user, log_in, open_jupyterlab, running_hub
 from tests.support.jupyter_websockets import run_in_kernel, run_in_terminal
-from tests.support.training import TINY_RUN
+from tests.support.training import TINY_RUN, trainer_command
 from tests.support.waiting import wait_until
 
 
@@ -58,8 +58,7 @@ def test_a_kernel_imports_torch_as_the_hub_user(servers):
 
 def test_a_terminal_runs_a_two_rank_torchrun(servers):
     for server in servers.values():
-        command = (f"cd $(mktemp -d) && OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 "
-                   f"/opt/scripts/train_ddp.py {TINY_RUN} --max-steps 2 --metrics-file m.jsonl; "
+        command = (f"cd $(mktemp -d) && {trainer_command(f'{TINY_RUN} --max-steps 2 --metrics-file m.jsonl', timeout_s=None)}; "
                    'echo "torchrun-exit""-$?"')
         output = run_in_terminal(server, command, "torchrun-exit-", timeout=300)
         assert "torchrun-exit-0" in output, output[-3000:]
@@ -102,9 +101,8 @@ def test_one_users_container_cannot_reach_the_other_users_ports(hub, servers):
 
 def test_stopping_a_server_from_the_hub_saves_a_trainer_started_in_its_terminal(hub, servers, image):
     alice = servers["alice"]
-    command = ("cd /workspace && OMP_NUM_THREADS=1 torchrun --standalone --nproc-per-node=2 "
-               f"/opt/scripts/train_ddp.py {TINY_RUN} --max-steps 100000 --save-every 100000 "
-               "--ckpt-dir /workspace/ckpt --metrics-file /workspace/stop.jsonl > /workspace/stop.log 2>&1")
+    flags = f"{TINY_RUN} --max-steps 100000 --save-every 100000 --ckpt-dir /workspace/ckpt --metrics-file /workspace/stop.jsonl"
+    command = f"cd /workspace && {trainer_command(flags, timeout_s=None)} > /workspace/stop.log 2>&1"
     run_in_terminal(alice, f'{command} & echo "trainer""-started"', "trainer-started")
     container = hub.container_of("alice")
     wait_until(lambda: docker("exec", container, "grep", "-q", '"step": 2,', "/workspace/stop.jsonl",

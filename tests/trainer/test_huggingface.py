@@ -22,7 +22,7 @@ import torch
 
 from tests.conftest import torch_tests_run_on_host
 from tests.support.containers import docker
-from tests.support.training import ENV, RUN_TIMEOUT_S, make_workdir, read_metrics, trainer_command
+from tests.support.training import ENV, make_workdir, read_metrics, trainer_command
 
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -100,9 +100,9 @@ def load_exported(folder: pathlib.Path) -> transformers.GPT2LMHeadModel:
 
 def test_zero_steps_in_and_out_gives_the_same_logits(torch_host, scripts_dir, shared):
     remote = shared["remote"]
-    torch_host.check_output(f"{ENV} timeout {RUN_TIMEOUT_S} python {scripts_dir}/train_ddp.py --init-from "
-                            f"{remote}/pretrained --max-steps 0 --seq-len {SEQ_LEN} --synthetic-samples 8 "
-                            f"--batch-size 2 --num-workers 0 --ckpt-dir {remote}/zero")
+    torch_host.check_output(trainer_command(f"--init-from {remote}/pretrained --max-steps 0 --seq-len {SEQ_LEN} "
+                                            f"--synthetic-samples 8 --batch-size 2 --num-workers 0 --ckpt-dir {remote}/zero",
+                                            nproc=None, scripts_dir=scripts_dir))
     torch_host.check_output(f"{ENV} timeout 60 python {scripts_dir}/export_weights.py --ckpt-dir {remote}/zero "
                             f"--format hf --output {remote}/zero-hf")
     exported = shared["fetch"](f"{remote}/zero-hf")
