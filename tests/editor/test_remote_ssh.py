@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.support import REPO_ROOT
-from tests.support.containers import docker, free_port, start_container
+from tests.support.containers import docker, free_port, running_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.release import environment_without_make
 from tests.support.waiting import wait_until
@@ -36,11 +36,9 @@ def ssh_client_setup(image, tmp_path_factory):
     client_dir = tmp_path_factory.mktemp("ssh-client")
     key = client_dir / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=30)
-    container = start_container(image, options=[
-        "--publish", "127.0.0.1::2222", "--env", f"JUPYTER_TOKEN={TOKEN}",
-        "--env", f"SSH_AUTHORIZED_KEYS={key.with_suffix('.pub').read_text()}"])
-    try:
-        container.wait_until_healthy()
+    with running_container(image, options=[
+            "--publish", "127.0.0.1::2222", "--env", f"JUPYTER_TOKEN={TOKEN}",
+            "--env", f"SSH_AUTHORIZED_KEYS={key.with_suffix('.pub').read_text()}"]) as container:
         forwards = {"JUPYTER_LOCAL_PORT": free_port(), "TENSORBOARD_LOCAL_PORT": free_port()}
         block = subprocess.run(
             ["make", "-s", "--no-print-directory", "ssh-config", f"SSH_ALIAS={ALIAS}",
@@ -51,8 +49,6 @@ def ssh_client_setup(image, tmp_path_factory):
         config.write_text(f"IdentityFile {key}\nIdentitiesOnly yes\nBatchMode yes\nStrictHostKeyChecking accept-new\n"
                           f"UserKnownHostsFile {client_dir / 'known_hosts'}\n{block}")
         yield container, config, forwards
-    finally:
-        container.remove()
 
 
 def ssh(config: pathlib.Path, *args: str, timeout: float = SSH_TIMEOUT_S) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import re
 import pytest
 import requests
 
-from tests.support.containers import docker, run_container_to_completion, start_container
+from tests.support.containers import docker, run_container_to_completion, running_container
 
 PUBLISH_JUPYTER = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0"]
 TOKEN = "test-token-4f9d2c7e81b35a06"
@@ -21,10 +21,8 @@ def api_url(container) -> str:
 
 @pytest.fixture(scope="module")
 def jupyter_with_token(image):
-    container = start_container(image, options=[*PUBLISH_JUPYTER, "--env", f"JUPYTER_TOKEN={TOKEN}"])
-    container.wait_until_healthy()
-    yield container
-    container.remove()
+    with running_container(image, options=[*PUBLISH_JUPYTER, "--env", f"JUPYTER_TOKEN={TOKEN}"]) as container:
+        yield container
 
 
 def test_the_api_answers_with_the_token(jupyter_with_token):

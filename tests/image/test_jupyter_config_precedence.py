@@ -18,7 +18,7 @@ import uuid
 import pytest
 import requests
 
-from tests.support.containers import docker, run_container_to_completion, start_container
+from tests.support.containers import docker, run_container_to_completion, running_container
 from tests.support.waiting import wait_until
 
 TOKEN = "precedence-token-5e1f0c9a7b2d"
@@ -74,11 +74,9 @@ def hostile_image(image, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hostile_container(hostile_image):
-    container = start_container(hostile_image, options=["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0",
-                                                        "--env", f"JUPYTER_TOKEN={TOKEN}"])
-    container.wait_until_healthy(timeout=180)
-    yield container
-    container.remove()
+    with running_container(hostile_image, options=["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0",
+                                                   "--env", f"JUPYTER_TOKEN={TOKEN}"], timeout=180) as container:
+        yield container
 
 
 def base(container, prefix: str = "/") -> str:

@@ -20,7 +20,7 @@ import paramiko
 import pytest
 import requests
 
-from tests.support.containers import docker, run_container_to_completion, start_container
+from tests.support.containers import docker, run_container_to_completion, running_container
 from tests.support.notebook_kernel import run_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 
@@ -49,12 +49,10 @@ def user_key() -> paramiko.PKey:
 
 @pytest.fixture(scope="module")
 def ngc_container(image, user_key, ngc_base):
-    container = start_container(image, options=["--publish", "127.0.0.1::2222", "--publish", "127.0.0.1::8888",
-                                                "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}",
-                                                "--env", f"JUPYTER_TOKEN={TOKEN}"])
-    container.wait_until_healthy(timeout=180)
-    yield container
-    container.remove()
+    with running_container(image, options=["--publish", "127.0.0.1::2222", "--publish", "127.0.0.1::8888",
+                                           "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}",
+                                           "--env", f"JUPYTER_TOKEN={TOKEN}"], timeout=180) as container:
+        yield container
 
 
 def expected(image_env: dict[str, str]) -> list[str]:

@@ -14,7 +14,7 @@ import sys
 import paramiko
 import pytest
 
-from tests.support.containers import docker, run_container_to_completion, start_container
+from tests.support.containers import docker, run_container_to_completion, running_container
 from tests.support.ssh_client import SSH_TIMEOUT_S, generate_key, host_key_fingerprint, public_line, run, ssh_session
 from tests.support.training import RUN_TIMEOUT_S, TINY_MODEL, trainer_command
 from tests.support.waiting import wait_until
@@ -33,11 +33,9 @@ def user_key() -> paramiko.PKey:
 
 @pytest.fixture(scope="module")
 def ssh_container(image, user_key):
-    container = start_container(image, options=[*PUBLISH_SSH, *NO_JUPYTER, *CONTAINER_ENV,
-                                                "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}"])
-    container.wait_until_healthy()
-    yield container
-    container.remove()
+    with running_container(image, options=[*PUBLISH_SSH, *NO_JUPYTER, *CONTAINER_ENV,
+                                           "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}"]) as container:
+        yield container
 
 
 @pytest.fixture(scope="module")
@@ -213,11 +211,9 @@ def test_ssh_audit_finds_no_failure(ssh_port):
 
 
 def test_the_session_environment_hides_secrets_and_is_readable_by_the_user_only(image, user_key):
-    container = start_container(image, options=[*PUBLISH_SSH, *NO_JUPYTER, "--env", "HF_TOKEN=hf_secret_value_123",
-                                                "--env", "WANDB_API_KEY=wandb-secret-456", "--env", "NCCL_DEBUG=INFO",
-                                                "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}"])
-    try:
-        container.wait_until_healthy()
+    with running_container(image, options=[*PUBLISH_SSH, *NO_JUPYTER, "--env", "HF_TOKEN=hf_secret_value_123",
+                                           "--env", "WANDB_API_KEY=wandb-secret-456", "--env", "NCCL_DEBUG=INFO",
+                                           "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}"]) as container:
         listing = container.run("stat -c '%a %U %G' /etc/container/session-env.sh", user=None).stdout.split()
         assert listing == ["640", "root", "dev"], listing
         with ssh_session(container.published_port(2222), key=user_key) as client:
@@ -225,8 +221,6 @@ def test_the_session_environment_hides_secrets_and_is_readable_by_the_user_only(
         assert out.split() == ["NCCL=INFO", "HF=unset", "WANDB=unset"]
         contents = container.run("cat /etc/container/session-env.sh", user=None).stdout
         assert "hf_secret_value_123" not in contents and "wandb-secret-456" not in contents
-    finally:
-        container.remove()
 
 
 def test_health_probes_leave_nothing_in_the_log(ssh_container):

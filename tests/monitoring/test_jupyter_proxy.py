@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from tests.support import REPO_ROOT
-from tests.support.containers import host_has_nvidia_runtime, start_container
+from tests.support.containers import host_has_nvidia_runtime, running_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.waiting import wait_until
 
@@ -28,16 +28,13 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 @pytest.fixture(scope="module")
 def jupyter(image):
     """A container with JupyterLab (no SSH) and a TensorBoard log in its workspace; its base URL."""
-    container = start_container(image, options=["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0",
-                                                "--env", f"JUPYTER_TOKEN={TOKEN}"])
-    try:
+    with running_container(image, options=["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0",
+                                           "--env", f"JUPYTER_TOKEN={TOKEN}"], healthy=False) as container:
         written = container.run(WRITE_EVENTS)
         assert written.rc == 0, written.stderr
         url = f"http://127.0.0.1:{container.published_port(8888)}"
         assert get_with_token(f"{url}/api").status_code == 200, container.logs()[-2000:]
         yield container, url
-    finally:
-        container.remove()
 
 
 def get_with_token(url: str, timeout: float = 90) -> requests.Response:

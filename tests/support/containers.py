@@ -5,6 +5,7 @@ service fails its test instead of hanging CI.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -13,6 +14,7 @@ import shlex
 import socket
 import subprocess
 import uuid
+from collections.abc import Iterator
 
 import testinfra
 
@@ -151,6 +153,24 @@ def start_container(image: str, command: list[str] | None = None, options: list[
     docker("run", "--detach", "--name", name, *base_options, *(options or []), image, *(command or []))
     container.wait_until_started()
     return container
+
+
+@contextlib.contextmanager
+def running_container(image: str, command: list[str] | None = None, options: list[str] | None = None,
+                      healthy: bool = True, timeout: float = 90) -> Iterator[Container]:
+    """A container of IMAGE that finished start-up and, unless HEALTHY is False, turned healthy within
+    TIMEOUT seconds; removed when the block ends, however it ends (a fixture's `with ... as c: yield c`).
+    A container that never turns healthy fails with its logs, which its removal would otherwise take."""
+    container = start_container(image, command=command, options=options)
+    try:
+        if healthy:
+            try:
+                container.wait_until_healthy(timeout=timeout)
+            except AssertionError as error:
+                raise AssertionError(f"{error}\n{container.logs()[-3000:]}") from error
+        yield container
+    finally:
+        container.remove()
 
 
 def run_container_to_completion(image: str, command: list[str] | None = None, options: list[str] | None = None,

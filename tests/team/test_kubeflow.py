@@ -12,7 +12,7 @@ import yaml
 
 from tests.deploy.test_kubernetes import validate_core, validate_pod_template
 from tests.support import REPO_ROOT
-from tests.support.containers import run_container_to_completion, start_container
+from tests.support.containers import run_container_to_completion, running_container
 from tests.support.jupyter_websockets import JupyterAccess, run_in_kernel, run_in_terminal
 
 PREFIX = "/notebook/ns/me"
@@ -23,10 +23,8 @@ PLATFORM_AUTH = ["--env", "JUPYTER_AUTH=platform", "--env", f"JUPYTER_ALLOWED_HO
 
 @pytest.fixture(scope="module")
 def kubeflow_notebook(image):
-    container = start_container(image, options=[*KUBEFLOW_LIKE, *PLATFORM_AUTH])
-    container.wait_until_healthy()
-    yield container
-    container.remove()
+    with running_container(image, options=[*KUBEFLOW_LIKE, *PLATFORM_AUTH]) as container:
+        yield container
 
 
 def access(container) -> JupyterAccess:

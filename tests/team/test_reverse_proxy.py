@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.support import REPO_ROOT
-from tests.support.containers import free_port, start_container
+from tests.support.containers import free_port, running_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.jupyter_websockets import JupyterAccess, run_in_kernel, run_in_terminal
 from tests.support.waiting import wait_until
@@ -52,11 +52,9 @@ def nginx_config(folder: str, site: str) -> str:
 
 @pytest.fixture(scope="module")
 def jupyter_under_a_prefix(image):
-    container = start_container(image, options=["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0",
-                                                "--env", f"JUPYTER_BASE_URL={PREFIX}"])
-    container.wait_until_healthy()
-    yield container
-    container.remove()
+    with running_container(image, options=["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0",
+                                           "--env", f"JUPYTER_BASE_URL={PREFIX}"]) as container:
+        yield container
 
 
 @pytest.fixture(scope="module")
