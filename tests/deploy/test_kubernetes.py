@@ -15,12 +15,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.support.pod_security import (KINDS_WITH_PODS, KINDS_WITHOUT_PODS, kubernetes_documents, pod_labels,
+from tests.deploy.helpers.pod_security import (KINDS_WITH_PODS, KINDS_WITHOUT_PODS, kubernetes_documents, pod_labels,
                                         pod_specs, restricted_violations, trainjob_node_pod)
 from tests.support.runtime_rules import KUBERNETES_POD_USER, KUBERNETES_TMPFS
 from tests.support import REPO_ROOT
 from tests.support.compose import compose_config
-from tests.support.multinode_compose import COMPOSE_FILE
+from tests.deploy.helpers.multinode_compose import COMPOSE_FILE
 
 MANIFESTS = REPO_ROOT / "deploy" / "kubernetes"
 DOCUMENTS = kubernetes_documents(REPO_ROOT / "deploy")
@@ -114,7 +114,7 @@ def test_the_walk_finds_every_manifest_and_the_pods_they_make():
 @pytest.mark.parametrize("path, document", DOCUMENTS, ids=[f"{p.name}:{d['kind']}" for p, d in DOCUMENTS])
 def test_every_kubernetes_document_under_deploy_is_of_a_kind_the_walk_knows(path, document):
     assert document["kind"] in KINDS_WITH_PODS | KINDS_WITHOUT_PODS, (
-        f"{path}: add {document['kind']} to tests/support/pod_security.py (pod_specs, or KINDS_WITHOUT_PODS)")
+        f"{path}: add {document['kind']} to tests/deploy/helpers/pod_security.py (pod_specs, or KINDS_WITHOUT_PODS)")
 
 
 @pytest.mark.parametrize("path, document", [(p, d) for p, d in DOCUMENTS if d["apiVersion"] in CORE_API_VERSIONS],

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.support.multinode_compose import (ERROR_MARKERS, NODE_SERVICES, TINY_TRAINING, MultinodeJob, cpu_override,
+from tests.deploy.helpers.multinode_compose import (ERROR_MARKERS, NODE_SERVICES, TINY_TRAINING, MultinodeJob, cpu_override,
                                      final_checkpoints_match, image_env, steps_of_checkpoints)
 
 JOB_TIMEOUT_S = 240

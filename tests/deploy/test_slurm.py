@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support import REPO_ROOT
-from tests.support.multinode_compose import ERROR_MARKERS
+from tests.deploy.helpers.multinode_compose import ERROR_MARKERS
 from tests.support.slurm_cluster import SlurmCluster, running_cluster
 from tests.support.training import TINY_MODEL
 from tests.support.waiting import wait_until

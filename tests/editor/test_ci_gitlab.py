@@ -17,7 +17,7 @@ import uuid
 
 import yaml
 
-from tests.support.pip_in_containers import pip_trust_options
+from tests.editor.helpers.pip_in_containers import pip_trust_options
 from tests.support import REPO_ROOT
 from tests.support.containers import docker
 

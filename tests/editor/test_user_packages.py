@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from tests.support.pip_in_containers import pip_trust_options
+from tests.editor.helpers.pip_in_containers import pip_trust_options
 from tests.support.containers import docker
 from tests.support.notebook_kernel import run_in_a_notebook_kernel
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.support import REPO_ROOT
-from tests.support.dashboard import (GRAFANA_BUILTINS, GRAFANA_DIR, VARIABLE, load_dashboard, panels_by_row,
+from tests.monitoring.helpers.dashboard import (GRAFANA_BUILTINS, GRAFANA_DIR, VARIABLE, load_dashboard, panels_by_row,
                                         provisioned_datasource_uid)
 
 TRAINING_PANELS = {"Loss", "Throughput", "MFU", "Step time", "Step", "Time since the last checkpoint", "Restarts"}

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.support.containers import Container, docker, start_container
-from tests.support.dashboard import as_prometheus_runs_it, label_values_query, load_dashboard, panels_by_row
+from tests.monitoring.helpers.dashboard import as_prometheus_runs_it, label_values_query, load_dashboard, panels_by_row
 from tests.support.prometheus_server import (CONFIG_DIR, PrometheusServer, fast_config_copy, promtool,
                                                 start_prometheus)
 from tests.support.training import TINY_MODEL, trainer_argv

@@ -21,7 +21,7 @@ import pytest
 from tests.support import REPO_ROOT
 from tests.support.containers import docker, free_port
 from tests.support.local_registry import local_registry
-from tests.support.pipeline import GATE_TIMEOUT_S, build_drifted_image, push, run_tool
+from tests.pipeline.helpers.pipeline import GATE_TIMEOUT_S, build_drifted_image, push, run_tool
 from tests.support.slurm_cluster import SlurmCluster, running_cluster
 from tests.support.training import TINY_MODEL
 from tests.support.waiting import wait_until

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import REPO_ROOT
 from tests.support.containers import free_port
-from tests.support.pipeline import make_regression, own_error_lines
+from tests.pipeline.helpers.pipeline import make_regression, own_error_lines
 
 BASELINE = REPO_ROOT / "tools" / "regression" / "baselines" / "cpu-cpu.json"
 

@@ -20,7 +20,7 @@ import pytest
 from tests.support import REPO_ROOT
 from tests.support.containers import free_port
 from tests.support.release import make
-from tests.support.vulnerability_data import OsvData, apt_repository, osv_service, write_flat_apt_repository
+from tests.release.helpers.vulnerability_data import OsvData, apt_repository, osv_service, write_flat_apt_repository
 
 TODAY = datetime.date.today()
 

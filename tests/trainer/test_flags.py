@@ -1,6 +1,6 @@
 """Every flag rejects bad values with one line that names it, before any process group starts;
 --help explains every flag. The refusals run train_ddp.main in one forked process each
-(programs/refusals.py), the rest as the trainer's own command line.
+(data/refusals.py), the rest as the trainer's own command line.
 
 Run: TORCH_TESTS_ON_HOST=1 IMAGE_UNDER_TEST=none .venv-test/bin/python -m pytest tests/trainer/test_flags.py -q
 (or `make test`, which runs it inside the image).
@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.training import ENV, RUN_TIMEOUT_S, make_workdir, trainer_command
 
-REFUSALS = pathlib.Path(__file__).parent / "programs" / "refusals.py"
+REFUSALS = pathlib.Path(__file__).parent / "data" / "refusals.py"
 
 DOCUMENTED_FLAGS = [
     "--max-steps", "--batch-size", "--grad-accum", "--lr", "--warmup-steps", "--weight-decay", "--grad-clip",

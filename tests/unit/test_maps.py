@@ -71,13 +71,46 @@ def test_every_suite_is_named_on_every_map(suite: str) -> None:
     assert not missing, f"tests/{suite}/ is a suite of make test; name it in " + "; and in ".join(missing)
 
 
+SUITE_FOLDERS = {"helpers", "data", "__pycache__"}  # a suite's own helpers; the programs and files it runs
+SUITE_FILES = {"conftest.py", "__init__.py"}
+
+
 @pytest.mark.parametrize("suite", suites())
-def test_a_suite_folder_holds_only_tests(suite: str) -> None:
-    """Helpers live in tests/support/ and benchmarks in tools/, so each has one place to be found."""
-    others = [path.name for path in (REPO_ROOT / "tests" / suite).glob("*.py")
-              if not path.name.startswith("test_") and path.name not in {"conftest.py", "__init__.py"}]
-    assert not others, (f"tests/{suite}/ holds {others}: move a helper to tests/support/ and a benchmark to "
-                        "tools/ (docs/contributing.md)")
+def test_a_suite_folder_holds_tests_its_helpers_and_its_data(suite: str) -> None:
+    """A suite's own helpers live in its helpers/, what its tests run in its data/, benchmarks in tools/,
+    so each has one place to be found."""
+    folder = REPO_ROOT / "tests" / suite
+    others = sorted(path.name for path in folder.iterdir()
+                    if (path.is_dir() and path.name not in SUITE_FOLDERS)
+                    or (path.is_file() and not path.name.startswith("test_") and path.name not in SUITE_FILES))
+    assert not others, (f"tests/{suite}/ holds {others}: a helper of this suite alone goes to tests/{suite}/helpers/, "
+                        f"a program or file its tests run to tests/{suite}/data/, a benchmark to tools/ "
+                        "(docs/contributing.md)")
+
+
+def importers(module: str) -> set[str]:
+    """The top folders (a suite, support, tools, or conftest.py) whose Python files import MODULE."""
+    pattern = re.compile(rf"^\s*(from {re.escape(module)} import|import {re.escape(module)}\b)", re.M)
+    found = set()
+    for path in [*(REPO_ROOT / "tests").rglob("*.py"), *(REPO_ROOT / "tools").rglob("*.py")]:
+        if path.with_suffix("").relative_to(REPO_ROOT).as_posix().replace("/", ".") != module and \
+                pattern.search(read(path)):
+            parts = path.relative_to(REPO_ROOT).parts
+            found.add(parts[0] if parts[0] == "tools" else parts[1])
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(path.stem for path in (REPO_ROOT / "tests" / "support").glob("*.py")
+                                          if path.stem != "__init__"))
+def test_support_holds_only_what_is_shared(module: str) -> None:
+    """tests/support/ is for what several suites, tests/conftest.py or tools/ use; a helper of one suite
+    lives beside it, where a reader of that suite finds it."""
+    users = importers(f"tests.support.{module}")
+    suites_using = users - {"support"}
+    shared = len(suites_using) >= 2 or "tools" in users or "conftest.py" in users or \
+        ("support" in users and suites_using)
+    assert shared, (f"tests/support/{module}.py is used by {sorted(users) or 'nothing'} alone: move it to "
+                    f"tests/{next(iter(suites_using), 'SUITE')}/helpers/{module}.py")
 
 
 # ---- variables ---------------------------------------------------------------------------------------

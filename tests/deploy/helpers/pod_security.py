@@ -133,5 +133,5 @@ def pod_specs(document: dict) -> dict[str, dict]:
                 for replica, spec in document["spec"]["pytorchReplicaSpecs"].items()}
     if kind == "TrainJob":
         return {f"TrainJob {name} node": trainjob_node_pod(document)}
-    raise ValueError(f"{kind} {name}: tests/support/pod_security.py does not know where a {kind} keeps its pods;"
+    raise ValueError(f"{kind} {name}: tests/deploy/helpers/pod_security.py does not know where a {kind} keeps its pods;"
                      " add it to pod_specs (or to KINDS_WITHOUT_PODS)")
