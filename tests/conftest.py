@@ -16,7 +16,7 @@ import pytest
 import testinfra
 
 from tests.support import REPO_ROOT
-from tests.support.containers import LIVE_CONTAINERS, Container, docker, start_container
+from tests.support.containers import LIVE_CONTAINERS, Container, docker, running_container, start_container
 
 IN_IMAGE_SCRIPTS_DIR = "/opt/scripts"
 
@@ -74,9 +74,8 @@ def containers(image: str) -> Iterator[Callable[..., Container]]:
 @pytest.fixture(scope="module")
 def training_container(image: str) -> Iterator[Container]:
     """A container with no services, as a training-only job runs it; removed after the module."""
-    container = start_container(image, command=["sleep", "infinity"])
-    yield container
-    container.remove()
+    with running_container(image, command=["sleep", "infinity"], healthy=False) as container:
+        yield container
 
 
 @pytest.fixture(scope="module")
