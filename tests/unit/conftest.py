@@ -2,8 +2,8 @@
 
     make test-unit          # seconds; no Docker engine, no image (the test venv gets a CPU torch)
 
-scripts/, tools/release/, tools/regression/, tools/deploy/, tools/pipeline/ and deploy/jupyterhub/ are folders of scripts,
-not packages: their folders go on sys.path, as they are when the scripts run.
+scripts/, tools/release/, tools/regression/, tools/deploy/, tools/pipeline/, deploy/jupyterhub/ and the container's
+supervisor are folders of scripts, not packages: their folders go on sys.path, as they are when the scripts run.
 """
 from __future__ import annotations
 
@@ -13,6 +13,6 @@ from tests.support import REPO_ROOT
 
 for folder in (REPO_ROOT / "scripts", REPO_ROOT / "scripts" / "multinode", REPO_ROOT / "tools" / "release",
                REPO_ROOT / "tools" / "regression", REPO_ROOT / "tools" / "deploy", REPO_ROOT / "tools" / "pipeline",
-               REPO_ROOT / "deploy" / "jupyterhub"):
+               REPO_ROOT / "deploy" / "jupyterhub", REPO_ROOT / "docker/rootfs/usr/local/lib/container"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))

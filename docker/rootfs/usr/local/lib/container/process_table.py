@@ -1,0 +1,146 @@
+"""The container's process table, read from /proc for stop_policy.py: what the stop decides over.
+
+Only what the policy needs is read, since a stop may find thousands of processes: the executable of a
+process whose name is a session holder's (so a trainer renamed `bash` is told from a real bash), the
+command line of a Python program, the stdin of each top of the user's work, and only where one of them
+reads a pipe, the outputs of the rest.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+import stop_policy
+
+T = TypeVar("T")
+KERNEL_THREAD_FLAG = 0x00200000  # PF_KTHREAD, in /proc/PID/stat's flags
+
+# Root without CAP_SYS_PTRACE (Docker's default) may not read another user's /proc/PID/exe or fd/, the
+# user's own ids may: each owner's processes are read under that owner's effective ids. The ids are the
+# process's, not a thread's: only the supervisor's main thread reads the table, or sends signals.
+
+
+def read_stat(pid: str) -> tuple[int, str, str, int] | None:
+    """(parent, name, state, flags) from /proc/PID/stat, whose name may hold spaces and ')'."""
+    try:
+        descriptor = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        line = os.read(descriptor, 4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    end = line.rfind(")")
+    fields = line[end + 2:].split()
+    return int(fields[1]), line[line.find("(") + 1:end], fields[0], int(fields[6])
+
+
+def readlink(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def read_command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def is_alive(pid: int) -> bool:
+    """Running, or stopped: not exited (a zombie has, and waits only for its parent to reap it)."""
+    stat = read_stat(str(pid))
+    return stat is not None and stat[2] != "Z"
+
+
+class OwnersIds:
+    """Takes UID and GID as the effective ids while reading, and root's back after."""
+
+    def __init__(self, uid: int, gid: int) -> None:
+        self.uid, self.gid = uid, gid
+        self.switch = os.geteuid() == 0 and uid != 0
+
+    def __enter__(self) -> None:
+        if self.switch:
+            os.setegid(self.gid)
+            try:
+                os.seteuid(self.uid)
+            except OSError:
+                os.setegid(0)
+                raise
+
+    def __exit__(self, *_: object) -> None:
+        if self.switch:
+            os.seteuid(0)
+            os.setegid(0)
+
+
+def read_as_owners(owners: dict[int, tuple[int, int]], pids: list[int], read: Callable[[int], T]) -> dict[int, T]:
+    """READ(pid) for each of PIDS, under the ids of its owner (OWNERS)."""
+    by_owner: dict[tuple[int, int], list[int]] = {}
+    for pid in pids:
+        by_owner.setdefault(owners.get(pid, (0, 0)), []).append(pid)
+    found = {}
+    for (uid, gid), group in by_owner.items():
+        try:
+            with OwnersIds(uid, gid):
+                found.update((pid, read(pid)) for pid in group)
+        except OSError:  # ids that cannot be taken (no CAP_SETUID): read what may be read
+            found.update((pid, read(pid)) for pid in group)
+    return found
+
+
+def read_program_and_command(pid: int, name: str) -> tuple[str | None, str]:
+    program = None
+    if stop_policy.is_holder_by_name(name):
+        exe = readlink(f"/proc/{pid}/exe")
+        program = None if exe is None else os.path.basename(exe.removesuffix(" (deleted)"))
+    return program, read_command(pid) if stop_policy.may_be_python(program or name) else ""
+
+
+def read_outputs(pid: int) -> frozenset[str]:
+    links = (readlink(f"/proc/{pid}/fd/1"), readlink(f"/proc/{pid}/fd/2"))
+    return frozenset(link for link in links if link and link.startswith("pipe:"))
+
+
+def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_policy.Table:
+    """The live processes (a zombie has exited already) with what the stop policy needs of each. With
+    PIPES, the stdin of each top of the user's work, and where one is a pipe, every work's outputs."""
+    rows: dict[int, tuple[int, str]] = {}
+    table: stop_policy.Table = {}
+    owners: dict[int, tuple[int, int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = read_stat(entry)
+        if stat is None or stat[2] == "Z":
+            continue
+        pid, (parent, name, _, flags) = int(entry), stat
+        if flags & KERNEL_THREAD_FLAG:
+            table[pid] = stop_policy.Process(pid, parent, name, kernel_thread=True)
+            continue
+        try:
+            owner = os.stat(f"/proc/{entry}")
+        except OSError:
+            continue
+        rows[pid], owners[pid] = (parent, name), (owner.st_uid, owner.st_gid)
+    details = read_as_owners(owners, list(rows), lambda pid: read_program_and_command(pid, rows[pid][1]))
+    for pid, (parent, name) in rows.items():
+        table[pid] = stop_policy.Process(pid, parent, name, *details[pid])
+    if not pipes:
+        return table
+    work = stop_policy.user_work(table, container)
+    stdin = read_as_owners(owners, stop_policy.tops(table, work), lambda pid: readlink(f"/proc/{pid}/fd/0"))
+    outputs: dict[int, frozenset[str]] = {}
+    if any(link and link.startswith("pipe:") for link in stdin.values()):
+        outputs = read_as_owners(owners, sorted(work), read_outputs)
+    for pid in stdin.keys() | outputs.keys():
+        table[pid] = dataclasses.replace(table[pid], stdin=stdin.get(pid), outputs=outputs.get(pid, frozenset()))
+    return table

@@ -1,0 +1,206 @@
+"""What the container's stop signals, decided over a snapshot of the process table (pure functions).
+
+`docker stop` reaches the supervisor alone: the services and the user's work run in sessions of their
+own. The supervisor (supervisor.py) stops the container in three steps, and this module decides them:
+  1. SIGTERM to the top of each piece of the user's work: a process whose parent holds a session (sshd,
+     a shell, tmux, screen, JupyterLab, a notebook kernel, the supervisor), is outside the container (the
+     parent of `docker exec`), or is gone. Not to the holders: a holder that ends makes its terminal send
+     SIGHUP to the jobs in it, which would kill a trainer in the middle of its checkpoint. Not to what
+     runs below a top: a trainer stops its own DataLoader workers. Two exceptions:
+     - torchrun's workers get the signal instead of torchrun (also below a wrapper such as our
+       manifests' torchrun_node.py): torch's agent turns a SIGTERM of its own into exit status 1 even
+       when every worker saved (docs/torch-workarounds.md, "torchrun exits 1 on SIGTERM").
+     - a reader at the end of a pipeline (`torchrun ... | grep -v x | tee log`, whatever the program) is
+       left to end at the end of its input: the pipeline's exit status is its last stage's, and a reader
+       signalled with its writers ends it with 143. A reader is a top whose stdin is a pipe that other
+       work writes; one still running READER_DRAIN_S after its writers are gone does not end at the end
+       of its input (a trainer fed by `yes |`), and is signalled then.
+  2. Wait for the user's work, up to STOP_TIMEOUT. Work whose top exits first (a launcher that does not
+     pass SIGTERM on: `flock`, a sweep script's subprocess.run) has a new top, signalled in its turn.
+  3. SIGTERM to everything left, the services included, and wait for all of it.
+Holders are told by their executable, which no process can rename: `setproctitle` and `exec -a` change
+only the name and the command line. Where the executable cannot be read (sshd's session process drops
+its privileges without an exec), the name decides. The Jupyter servers and notebook kernels are Python
+programs: the supervisor's own service is known by its PID, the others by their command line.
+Without a PID namespace of its own (Apptainer, `docker run --pid=host`) only the supervisor's
+descendants count: the host's processes and kernel threads are never signalled.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+# Programs that hold sessions open (basenames of /proc/PID/exe). The Jupyter servers and notebook
+# kernels are Python programs, told by their command line (JUPYTER_COMMAND).
+HOLDER_PROGRAMS = frozenset({"tini", "sshd", "bash", "sh", "dash", "zsh", "fish", "tmux", "screen",
+                             "setpriv", "sleep"})
+# The same by name (/proc/PID/comm, at most 15 bytes), for a process whose executable cannot be read.
+HOLDER_NAMES = frozenset({"tini", "sshd", "bash", "sh", "dash", "zsh", "fish", "tmux: server", "tmux: client",
+                          "screen", "SCREEN", "jupyter-lab", "jupyterhub-sing", "jupyter-server",
+                          "jupyter-noteboo", "setpriv", "sleep"})
+JUPYTER_COMMAND = re.compile(r"(^|/)(jupyter-lab|jupyterhub-singleuser|jupyter-server|jupyter-notebook)( |$)"
+                             r"|ipykernel_launcher|-m ipykernel")
+TORCHRUN_COMMAND = re.compile(r"(/torchrun|torch\.distributed\.run|torch/distributed/run\.py) ")
+# Names of programs that may be a Python program: only theirs is the command line worth reading.
+PYTHON_NAMES = ("python", "pt_elastic", "torchrun", "jupyter", "ipykernel")
+READER_DRAIN_S = 5.0
+# A chain of parents longer than this is a loop in a table read while processes came and went.
+MAX_DEPTH = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Process:
+    """One row of /proc. program: the basename of its executable, None where it could not be read.
+    command: its command line, read for Python programs only. stdin, outputs: the pipes on fd 0 and on
+    fds 1 and 2 ("pipe:[1234]")."""
+    pid: int
+    parent: int
+    name: str
+    program: str | None = None
+    command: str = ""
+    kernel_thread: bool = False
+    stdin: str | None = None
+    outputs: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class Container:
+    """What the supervisor knows of itself: its PID, the services it started, its PID namespace."""
+    supervisor: int
+    services: frozenset[int] = frozenset()
+    own_pid_namespace: bool = True
+
+
+Table = dict[int, Process]
+
+
+def may_be_python(name: str) -> bool:
+    return name.startswith(PYTHON_NAMES)
+
+
+def is_python(process: Process) -> bool:
+    return may_be_python(process.program if process.program is not None else process.name)
+
+
+def is_holder_by_name(name: str) -> bool:
+    """Whether a process of this name may hold sessions: only for these is the executable read."""
+    return name in HOLDER_NAMES
+
+
+def is_holder(process: Process, container: Container) -> bool:
+    if process.pid in container.services:
+        return True
+    if process.program is not None:
+        if process.program in HOLDER_PROGRAMS:
+            return True
+    elif process.name in HOLDER_NAMES:
+        return True
+    return is_python(process) and bool(JUPYTER_COMMAND.search(process.command))
+
+
+def is_torchrun(process: Process) -> bool:
+    return is_python(process) and bool(TORCHRUN_COMMAND.search(process.command + " "))
+
+
+def in_container(table: Table, container: Container) -> list[int]:
+    """Every process the stop may signal: not PID 1, not the supervisor, no kernel thread, and without a
+    PID namespace of our own only the supervisor's descendants."""
+    candidates = [pid for pid, process in table.items()
+                  if pid not in (1, container.supervisor) and not process.kernel_thread]
+    if container.own_pid_namespace:
+        return candidates
+    return [pid for pid in candidates if descends_from(table, pid, container.supervisor)]
+
+
+def descends_from(table: Table, pid: int, ancestor: int) -> bool:
+    up = table[pid].parent
+    for _ in range(MAX_DEPTH):
+        if up == ancestor:
+            return True
+        if up not in table:
+            return False
+        up = table[up].parent
+    return False
+
+
+def user_work(table: Table, container: Container) -> set[int]:
+    """The container's processes that hold no session: what steps 1 and 2 stop and wait for."""
+    return {pid for pid in in_container(table, container) if not is_holder(table[pid], container)}
+
+
+def tops(table: Table, work: set[int]) -> list[int]:
+    """The work whose parent is not work: a holder, PID 1, the supervisor, outside, or gone."""
+    return sorted(pid for pid in work if table[pid].parent not in work)
+
+
+def children_of(table: Table) -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for pid, process in table.items():
+        found.setdefault(process.parent, []).append(pid)
+    return found
+
+
+def subtree(children: dict[int, list[int]], top: int) -> list[int]:
+    found, frontier = [top], [top]
+    for _ in range(MAX_DEPTH):
+        frontier = [child for pid in frontier for child in children.get(pid, ())]
+        if not frontier:
+            break
+        found += frontier
+    return found
+
+
+def pipe_writers(table: Table, reader: int, work: set[int]) -> frozenset[int]:
+    """The work, other than READER, that writes the pipe on READER's stdin. A pipe that only holders
+    write (`while ...; done | python train.py`) makes no reader: its holder stops last."""
+    pipe = table[reader].stdin
+    if pipe is None or not pipe.startswith("pipe:"):
+        return frozenset()
+    return frozenset(pid for pid in work if pid != reader and pipe in table[pid].outputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Step 1 for the tops no earlier plan saw: what gets SIGTERM now, and the readers left to drain,
+    each with the writers of its input."""
+    signal: tuple[int, ...]
+    readers: dict[int, frozenset[int]]
+    tops: frozenset[int]
+
+
+def plan_signals(table: Table, container: Container, known_tops: frozenset[int] = frozenset()) -> Plan:
+    """What step 1 signals for the tops not in KNOWN_TOPS (an earlier plan handled those)."""
+    work = user_work(table, container)
+    children = children_of(table)
+    signal: list[int] = []
+    readers: dict[int, frozenset[int]] = {}
+    new_tops = [top for top in tops(table, work) if top not in known_tops]
+    for top in new_tops:
+        writers = pipe_writers(table, top, work)
+        if writers:
+            readers[top] = writers
+            continue
+        agents = [pid for pid in subtree(children, top) if pid in work and is_torchrun(table[pid])]
+        workers = [child for agent in agents for child in children.get(agent, ()) if child in work]
+        # A torchrun still in its rendezvous has no workers yet: it (or its wrapper) gets the signal.
+        signal += workers if workers else [top]
+    return Plan(tuple(signal), readers, frozenset(new_tops))
+
+
+def readers_to_signal(readers: dict[int, frozenset[int]], alive: set[int], writers_gone_at: dict[int, float],
+                      now: float) -> list[int]:
+    """The readers still alive READER_DRAIN_S after the last of their writers went. WRITERS_GONE_AT
+    records when each reader's writers were first seen gone."""
+    due = []
+    for reader, writers in sorted(readers.items()):
+        if reader not in alive or writers & alive:
+            continue
+        gone_at = writers_gone_at.setdefault(reader, now)
+        if now - gone_at >= READER_DRAIN_S:
+            due.append(reader)
+    return due
+
+
+def everything_left(table: Table, container: Container) -> list[int]:
+    """Step 3: every process of the container, services and holders included."""
+    return sorted(in_container(table, container))

@@ -1,0 +1,151 @@
+"""The stop's decisions (docker/rootfs/usr/local/lib/container/stop_policy.py) on process tables written
+out by hand: who holds a session, which processes are tops, torchrun's workers, wrappers, pipeline readers,
+launchers that exited, the host's PID namespace and kernel threads. The real stops are in
+tests/image/test_stop*.py.
+
+    make test-unit PYTEST_ARGS=tests/unit/test_stop_policy.py
+"""
+from __future__ import annotations
+
+import pytest
+
+from stop_policy import (READER_DRAIN_S, Container, Process, everything_left, plan_signals, readers_to_signal,
+                         user_work)
+
+SUPERVISOR = 7
+CONTAINER = Container(supervisor=SUPERVISOR, services=frozenset({10, 20}))
+TORCHRUN = "/opt/venv/bin/python3 /opt/venv/bin/torchrun --standalone --nproc-per-node=2 /opt/scripts/train_ddp.py"
+TRAINER = "/opt/venv/bin/python3 /opt/scripts/train_ddp.py --max-steps 100"
+
+
+def table(*processes: Process) -> dict[int, Process]:
+    """The table with PID 1 (tini), the supervisor, sshd (10, a service) and JupyterLab (20) in it."""
+    base = [Process(1, 0, "tini", "tini"), Process(SUPERVISOR, 1, "python3", "python3.11"),
+            Process(10, SUPERVISOR, "sshd", "sshd"),
+            Process(20, SUPERVISOR, "jupyter-lab", "python3.11", "python3 /opt/venv/bin/jupyter-lab")]
+    return {process.pid: process for process in [*base, *processes]}
+
+
+def shell(pid: int, parent: int, **fields) -> Process:
+    return Process(pid, parent, "bash", "bash", **fields)
+
+
+def python(pid: int, parent: int, command: str = TRAINER, name: str = "python3", **fields) -> Process:
+    return Process(pid, parent, name, "python3.11", command, **fields)
+
+
+def test_the_top_of_work_in_a_shell_is_signalled_not_the_shell_nor_what_runs_below_it():
+    # sshd's session (11, unreadable executable: it dropped root without exec) runs a shell (12) that
+    # runs the trainer (13), whose DataLoader worker is 14.
+    processes = table(Process(11, 10, "sshd", None), shell(12, 11), python(13, 12), python(14, 13))
+    assert plan_signals(processes, CONTAINER).signal == (13,)
+
+
+def test_docker_exec_work_and_a_notebook_kernels_child_are_tops():
+    kernel = python(21, 20, "python3 -m ipykernel_launcher -f kernel.json")
+    processes = table(python(30, 0), kernel, Process(22, 21, "sh", "dash"), python(23, 22))
+    assert sorted(plan_signals(processes, CONTAINER).signal) == [23, 30]
+
+
+def test_torchruns_workers_are_signalled_instead_of_torchrun():
+    processes = table(shell(12, 10), python(13, 12, TORCHRUN, "torchrun"), python(14, 13), python(15, 13))
+    assert plan_signals(processes, CONTAINER).signal == (14, 15)
+
+
+def test_torchrun_below_a_wrapper_has_its_workers_signalled_and_the_wrapper_left_alone():
+    wrapper = python(101, 100, "python /opt/scripts/multinode/torchrun_node.py --nnodes=1 /opt/scripts/train_ddp.py")
+    agent = python(102, 101, "/usr/bin/python -m torch.distributed.run --nnodes=1 /opt/scripts/train_ddp.py",
+                   "pt_elastic")
+    processes = table(shell(100, SUPERVISOR), wrapper, agent, python(103, 102), python(104, 102), python(105, 103))
+    assert plan_signals(processes, CONTAINER).signal == (103, 104)
+
+
+def test_torchrun_in_its_rendezvous_without_workers_is_signalled_itself():
+    processes = table(python(13, SUPERVISOR, TORCHRUN, "torchrun"))
+    assert plan_signals(processes, CONTAINER).signal == (13,)
+
+
+@pytest.mark.parametrize("name", ["bash", "sleep", "tmux: server", "sshd"])
+def test_a_trainer_named_like_a_holder_is_told_apart_by_its_executable(name):
+    """setproctitle and prctl rename a process, and its command line; its executable stays python."""
+    processes = table(shell(12, 10), python(13, 12, command=name, name=name))
+    assert plan_signals(processes, CONTAINER).signal == (13,)
+
+
+def test_a_holder_whose_executable_cannot_be_read_is_told_by_its_name():
+    processes = table(Process(12, 10, "bash", None), python(13, 12))
+    assert plan_signals(processes, CONTAINER).signal == (13,)
+
+
+def test_work_whose_launcher_exited_is_a_new_top_signalled_in_its_turn():
+    """flock, or a sweep script's subprocess.run, dies of the SIGTERM and does not pass it on."""
+    first = table(shell(12, 10), Process(13, 12, "flock", "flock"), python(14, 13))
+    plan = plan_signals(first, CONTAINER)
+    assert plan.signal == (13,)
+    orphaned = table(shell(12, 10), python(14, SUPERVISOR))  # the subreaper inherited it
+    assert plan_signals(orphaned, CONTAINER, plan.tops).signal == (14,)
+
+
+def test_a_top_handled_already_is_not_signalled_again():
+    """torchrun waiting for its signalled workers must not get a SIGTERM of its own on the next pass."""
+    processes = table(shell(12, 10), python(13, 12, TORCHRUN, "torchrun"), python(14, 13))
+    plan = plan_signals(processes, CONTAINER)
+    assert plan_signals(table(shell(12, 10), python(13, 12, TORCHRUN, "torchrun")), CONTAINER, plan.tops).signal == ()
+
+
+@pytest.mark.parametrize("reader", ["tee", "grep", "ts"])
+def test_any_reader_at_the_end_of_a_pipeline_is_left_to_drain_in_a_shell_without_job_control(reader):
+    # bash -c 'torchrun ... | sed s/x/y/ | READER log': every stage is a child of bash, in bash's group.
+    stages = table(shell(100, SUPERVISOR), python(101, 100, TORCHRUN, "torchrun", outputs=frozenset({"pipe:[1]"})),
+                   python(102, 101, outputs=frozenset({"pipe:[1]"})),
+                   Process(103, 100, "sed", "sed", stdin="pipe:[1]", outputs=frozenset({"pipe:[2]"})),
+                   Process(104, 100, reader, reader, stdin="pipe:[2]"))
+    plan = plan_signals(stages, CONTAINER)
+    assert plan.signal == (102,)
+    assert plan.readers == {103: frozenset({101, 102}), 104: frozenset({103})}
+
+
+def test_a_reader_is_signalled_only_once_its_writers_have_been_gone_for_the_drain_time():
+    """A reader that does not end at the end of its input (a trainer fed by `yes |`) is signalled then."""
+    readers = {103: frozenset({101, 102})}
+    gone_at: dict[int, float] = {}
+    assert readers_to_signal(readers, {101, 103}, gone_at, now=0.0) == []
+    assert readers_to_signal(readers, {103}, gone_at, now=10.0) == []
+    assert readers_to_signal(readers, {103}, gone_at, now=10.0 + READER_DRAIN_S) == [103]
+    assert readers_to_signal(readers, set(), gone_at, now=20.0 + READER_DRAIN_S) == []
+
+
+def test_a_pipe_written_only_by_a_holder_makes_no_reader():
+    """`while ...; done | python train.py`: the loop is a shell, stopped last, so the trainer is a top."""
+    loop = shell(101, 100, outputs=frozenset({"pipe:[3]"}))
+    processes = table(shell(100, SUPERVISOR), loop, python(102, 100, stdin="pipe:[3]"))
+    assert plan_signals(processes, CONTAINER).signal == (102,)
+
+
+def test_a_pipe_from_a_file_or_a_terminal_makes_no_reader():
+    processes = table(shell(100, 10), Process(101, 100, "tee", "tee", stdin="/dev/pts/0"),
+                      Process(102, 100, "cat", "cat", stdin="pipe:[9]"))
+    assert plan_signals(processes, CONTAINER).signal == (101, 102)
+
+
+def test_the_services_and_holders_are_not_work_but_are_stopped_last():
+    processes = table(shell(12, 10), python(13, 12), Process(30, SUPERVISOR, "python3", "python3.11",
+                                                             "python3 /opt/scripts/gpu_exporter.py"))
+    container = Container(SUPERVISOR, frozenset({10, 20, 30}))
+    assert user_work(processes, container) == {13}
+    assert everything_left(processes, container) == [10, 12, 13, 20, 30]
+
+
+def test_in_the_hosts_pid_namespace_only_the_supervisors_descendants_count():
+    host = Container(supervisor=600, own_pid_namespace=False)
+    processes = {1: Process(1, 0, "systemd", "systemd"), 2: Process(2, 0, "kthreadd", None, kernel_thread=True),
+                 3: Process(3, 2, "kworker/u8:0-ext4-rsv-conversion", None, kernel_thread=True),
+                 400: shell(400, 1), 401: python(401, 400), 600: Process(600, 1, "python3", "python3.11"),
+                 601: shell(601, 600), 602: python(602, 601)}
+    assert plan_signals(processes, host).signal == (602,)
+    assert everything_left(processes, host) == [601, 602]
+
+
+def test_kernel_threads_are_never_signalled():
+    processes = table(Process(2, 0, "kthreadd", None, kernel_thread=True))
+    assert 2 not in everything_left(processes, CONTAINER)
