@@ -140,6 +140,9 @@ RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTI
  && install -d -m 1777 /run/container
 # Scripts change most often, so they come last: editing the trainer rebuilds only this layer.
 COPY scripts/ /opt/scripts/
+# The supervisor and what it imports (doctor, at every start) compiled once here: it writes no bytecode
+# itself, so nothing of the image changes at run time.
+RUN python3 -m compileall -q /usr/local/lib/container /opt/scripts/doctor.py
 
 WORKDIR /workspace
 EXPOSE ${JUPYTER_CONTAINER_PORT} ${SSH_CONTAINER_PORT}
@@ -149,8 +152,9 @@ EXPOSE ${JUPYTER_CONTAINER_PORT} ${SSH_CONTAINER_PORT}
 # logs nothing and costs about 0.1 s of CPU, and the fast probes end once the container is healthy.
 HEALTHCHECK --interval=5s --timeout=5s --start-period=60s --start-interval=0.5s --retries=3 \
     CMD ["/usr/local/bin/healthcheck"]
-# tini reaps zombies and, with -g, passes SIGTERM to the entrypoint's process group: the entrypoint alone,
-# as sshd, JupyterLab and the user's work run in sessions of their own (the entrypoint stops them, stop.sh).
+# tini reaps zombies and, with -g, passes SIGTERM to the entrypoint's process group: the supervisor the
+# entrypoint becomes, alone, as sshd, JupyterLab and the user's work run in sessions of their own (the
+# supervisor stops them: docs/how-it-runs.md).
 ENTRYPOINT ["/usr/bin/tini", "-g", "--", "/usr/local/bin/entrypoint.sh"]
 # The services; further arguments go to JupyterLab. JupyterHub's DockerSpawner builds its command from
 # the CMD (and fails on an image without one).

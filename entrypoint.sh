@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The container's entrypoint, run by tini (PID 1).
+# The container's entrypoint, run by tini (PID 1): the start-up steps, in order, then `exec` of the
+# supervisor (/usr/local/lib/container/supervisor.py), which runs the services or the command and stops
+# the container on SIGTERM (docs/how-it-runs.md).
 #   docker run IMAGE            -> start-up, then the services (SSH, JupyterLab), until SIGTERM
 #   docker run IMAGE CMD ...    -> start-up, then CMD as the container user (like NGC's entrypoint)
 # The image's CMD is `start-services`: the services, with any further arguments handed to JupyterLab.
@@ -11,13 +13,16 @@
 set -euo pipefail
 # shellcheck source=docker/rootfs/usr/local/lib/container/log.sh
 source /usr/local/lib/container/log.sh
-for step_library in /usr/local/lib/container/start/*.sh /usr/local/lib/container/stop.sh; do
+for step_library in /usr/local/lib/container/start/*.sh; do
   # shellcheck source=/dev/null
   source "$step_library"
 done
 
 readonly USER_HOOKS_DIR=/etc/container/start.d
 readonly RUN_DIR=/run/container
+readonly SETTINGS_FILE=$RUN_DIR/settings.json
+readonly SUPERVISOR=/usr/local/lib/container/supervisor.py
+readonly IMAGE_PYTHON_RECORD=/usr/local/lib/container/image-python  # written at build (Dockerfile)
 
 # Everything the steps share is declared here, and only here.
 JUPYTER_EXTRA_ARGS=()
@@ -37,10 +42,11 @@ ENABLE_JUPYTER=$(read_switch ENABLE_JUPYTER 1)
 if [[ $CONTAINER_MODE == command ]]; then ENABLE_SSH=0 ENABLE_JUPYTER=0; fi
 # The in-container GPU exporter (docs/monitoring.md) runs beside the services or beside a command: a
 # Slurm or Kubernetes job that runs torchrun as its command is where it is needed most.
+# shellcheck disable=SC2034  # written into the settings (start/mode.sh); the supervisor starts it
 ENABLE_GPU_EXPORTER=$(read_switch ENABLE_GPU_EXPORTER 0)
 # Whether tini, our parent, is PID 1: else the container shares the host's PID namespace (Apptainer
-# without --pid, docker run --pid=host), and the stop path (stop.sh) signals only our descendants.
-# shellcheck disable=SC2034  # read by stop.sh
+# without --pid, docker run --pid=host), and the supervisor's stop signals only its descendants.
+# shellcheck disable=SC2034  # written into the settings (start/mode.sh)
 if ((PPID == 1)); then OWN_PID_NAMESPACE=1; else OWN_PID_NAMESPACE=0; fi
 # Set by prepare_jupyter_auth only once it checked JUPYTER_AUTH=platform, never taken from outside:
 # jupyter_server_config.py runs tokenless only with it (a command's `jupyter lab` gets no such checks).
@@ -52,17 +58,15 @@ AS_USER=()   # the prefix that runs a command as the container user (set_up_cont
 # the caller's folder at /workspace): set by set_up_container_user, which leaves AS_USER empty then.
 WORK_RUNS_AS_CONTAINER_ROOT=0
 RUNNING_HOOK=""
+# shellcheck disable=SC2034  # written into the settings (start/mode.sh)
 JUPYTER_SERVER_COMMAND=(jupyter lab)   # prepare_jupyter_auth picks jupyterhub-singleuser under a hub
 export CONTAINER_MODE
 
 run_core_steps() {
   check_paths_start_up_writes
-  # The FIFO the stop path waits on lives in RUN_DIR, which the check above found writable.
-  prepare_stop_path
   check_settings
   run_ngc_start_scripts
   set_up_container_user
-  warn_about_limits
   if ((ENABLE_SSH)); then
     if ssh_can_run; then prepare_ssh; else ENABLE_SSH=0; fi
   fi
@@ -105,98 +109,22 @@ report_hook_that_ended_start_up() {
     "$hook" "$status" "$USER_HOOKS_DIR" >&2
 }
 
-start_gpu_exporter() {
-  ((ENABLE_GPU_EXPORTER)) || return 0
-  setsid "${AS_USER[@]}" python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT" \
-    --address "${GPU_EXPORTER_ADDRESS:-0.0.0.0}" &
-  disown  # a failed exporter costs its metrics, never the container (wait -n watches the services alone)
-  log_info "GPU exporter: /metrics on port $GPU_EXPORTER_PORT"
-}
-
-# Each service gets a session of its own (setsid), so `docker stop`'s SIGTERM, which tini passes to this
-# shell's process group, reaches the entrypoint alone, and it stops the services last (stop.sh).
-start_services() {
-  local started=()
-  if ((ENABLE_SSH)); then
-    setsid /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config -p "$SSH_CONTAINER_PORT" &
-    started+=(ssh)
-  fi
-  if ((ENABLE_JUPYTER)); then
-    (cd /workspace && exec setsid "${AS_USER[@]}" "${JUPYTER_SERVER_COMMAND[@]}" "${JUPYTER_EXTRA_ARGS[@]}") &
-    started+=(jupyter)
-  fi
-  # The healthcheck reads which services to probe from here.
-  printf '%s\n' "${started[@]}" >"$RUN_DIR/services"
-  if ((${#started[@]} == 0)); then
-    log_info "no service enabled and no command given: idling; use docker exec, or pass a command"
-    sleep infinity &
-  fi
-  log_info "started: ${started[*]:-nothing}"
-}
-
-# Runs until SIGTERM (docker stop) or SIGINT, then stops the user's work first and the services last.
-# A service that exits on its own (JupyterLab's File > Shut Down, a crash, the OOM killer) ends the
-# container the same orderly way, so a trainer in tmux saves before the restart policy brings it back.
-wait_for_services() {
-  local stopping=0 status=0
-  trap 'stopping=1' TERM INT
-  wait -n || status=$?
-  trap '' TERM INT   # a second docker stop must not cut the orderly stop short
-  if ((stopping)); then
-    stop_user_work_then_services
-    exit 0
-  fi
-  log_warn "a service exited on its own (status $status): stopping your work, then the other services," \
-           "so the restart policy can act"
-  stop_user_work_then_services
-  # A hub's server that ends with 0 was shut down on purpose (File > Shut Down, the hub's idle culler):
-  # the hub counts the container's exit, and 0 is the truth. Elsewhere the restart policy needs non-zero.
-  if ((status == 0 && SPAWNED_BY_JUPYTERHUB)); then exit 0; fi
-  exit "$((status == 0 ? 1 : status))"
-}
-
-# A command (a Kubernetes or Slurm job's torchrun, `docker run -d IMAGE CMD`) runs in a session of its
-# own, as the services do, so `docker stop` reaches the entrypoint alone, which stops the command's
-# work as it stops a user's (stop.sh): torchrun's workers save and torchrun ends with 0, where a SIGTERM
-# of its own would make it exit 1 with a traceback and the scheduler count a failed job. The command's
-# exit status is the container's. At a terminal (docker run -it) the command is exec'd instead, so
-# Ctrl-C and job control stay its own.
-run_command() {
-  local stopping=0 status=0 command_pid
-  if [[ -t 0 ]]; then exec "${AS_USER[@]}" "$@"; fi
-  trap 'stopping=1' TERM INT
-  setsid "${AS_USER[@]}" "$@" <&0 &   # stdin stays the container's (bash gives a background job /dev/null)
-  command_pid=$!
-  wait "$command_pid" || status=$?
-  if ((stopping)); then
-    trap '' TERM INT
-    stop_user_work
-    stop_everything_left
-    status=0
-    wait "$command_pid" || status=$?
-    wait || true
-    report_stop
-  fi
-  exit "$status"
-}
-
 # A restarted container keeps its files: what the last start recorded is stale until this one is done.
-rm -f "$RUN_DIR/started" "$RUN_DIR/services"
+rm -f "$RUN_DIR/started" "$RUN_DIR/services" "$SETTINGS_FILE"
 run_core_steps
 run_user_hooks
 # How this container runs, in one line (docs/how-it-runs.md has the table of what each part means).
 resolve_what_the_line_says
 log_info "$(describe_resolved_mode)"
 if ((ENABLE_SSH)); then write_session_env; fi
-start_gpu_exporter
-# Start-up is done: from here on `docker exec` sees the final user, ids and files (tests wait for the
-# marker; the healthcheck reports nothing healthy before it).
 if [[ $CONTAINER_MODE == command ]]; then
-  touch "$RUN_DIR/started"
   # Root keeps root only by asking for it (docker exec --user root), never because a step went missing.
   ((EUID != 0 || ${#AS_USER[@]} || WORK_RUNS_AS_CONTAINER_ROOT)) || fatal "internal: the container user was not set up; the command did not run"
-  run_command "$@"
+else
+  set -- "${JUPYTER_EXTRA_ARGS[@]}"
 fi
-start_services
-touch "$RUN_DIR/started"
-wait_for_services
+write_resolved_settings "$SETTINGS_FILE"
+# The supervisor (docs/how-it-runs.md) starts the services or the command, each in a session of its
+# own, touches $RUN_DIR/started, and stops the container on SIGTERM. The image's own Python, with the
+# standard library only: no package of the user's can break it.
+exec "$(<"$IMAGE_PYTHON_RECORD")" -I -S "$SUPERVISOR" "$SETTINGS_FILE" -- "$@"

@@ -51,9 +51,10 @@ MIN_DRIVER_FOR_CUDA_MAJOR = {11: (450, 80, 2), 12: (525, 60, 13), 13: (580, 65, 
 
 NO_GPU_FIX = ("start the container with `docker run --gpus all` (compose: deploy.resources.reservations.devices "
               "with capabilities: [gpu]) on a host with the NVIDIA driver and the NVIDIA Container Toolkit")
-# The container's limits: the one place their thresholds and fixes are spelled. Start-up runs
-# `doctor --only ... --brief` for its warnings, and tests/unit/test_limits.py holds the compose files and
-# the test containers to these values (docs/troubleshooting.md says which warns when).
+# The container's limits: the one place their thresholds and fixes are spelled. The container's
+# supervisor runs these checks in its own interpreter and relays their brief_lines, and
+# tests/unit/test_limits.py holds the compose files and the test containers to these values
+# (docs/troubleshooting.md says which warns when).
 MIN_SHM_GIB = 1.0  # DataLoader workers and NCCL's shared-memory transport outgrow Docker's 64 MiB at once
 RECOMMENDED_SHM_SIZE = "16g"
 SHM_FIX = (f"docker run --shm-size={RECOMMENDED_SHM_SIZE}, or --ipc=host "
@@ -775,10 +776,15 @@ def print_human(results: list[Result], status: str) -> None:
           f"{counts[SKIP]} skipped); exit code {EXIT_CODES[status]}")
 
 
+def brief_lines(results: list[Result]) -> list[str]:
+    """What warned or failed, one line each with its fix (the container's start-up relays these)."""
+    return [f"{result.finding}; fix: {result.fix}" if result.fix else result.finding
+            for result in results if result.status in (WARN, FAIL)]
+
+
 def print_brief(results: list[Result], _status: str) -> None:
-    for result in results:
-        if result.status in (WARN, FAIL):
-            print(f"{result.finding}; fix: {result.fix}" if result.fix else result.finding)
+    for line in brief_lines(results):
+        print(line)
 
 
 def print_json(results: list[Result], status: str) -> None:

@@ -86,8 +86,8 @@ c.DockerSpawner.extra_create_kwargs = {"stop_timeout": 30}
 # First start of a big image on a busy machine: give it time.
 c.Spawner.start_timeout = 180
 c.Spawner.http_timeout = 120
-# JUPYTERHUB_ACTIVITY_INTERVAL: how often the server (and the image's report of running work,
-# hub_activity.sh) tells the hub it is in use; well within the culler's timeout.
+# JUPYTERHUB_ACTIVITY_INTERVAL: how often the server (and the image's supervisor, which reports the
+# user's running work) tells the hub it is in use; well within the culler's timeout.
 ACTIVITY_INTERVAL_S = max(10, min(300, SETTINGS.idle_timeout_s // 4)) if SETTINGS.idle_timeout_s else 300
 c.Spawner.environment = {"NCCL_DEBUG": SETTINGS.nccl_debug, "JUPYTERHUB_ACTIVITY_INTERVAL": str(ACTIVITY_INTERVAL_S)}
 if SETTINGS.mem_limit:
@@ -119,7 +119,7 @@ c.Spawner.pre_spawn_hook = prepare_spawn
 connect_hub_to_user_networks(SETTINGS.network, SETTINGS.container_name)
 
 # ---- The idle culler stops servers nobody used for HUB_IDLE_TIMEOUT seconds (their volumes stay); a
-# server whose user's work runs reports activity (hub_activity.sh in the image), so it is not idle.
+# server whose user's work runs reports activity (the image's supervisor, supervisor.py), so it is not idle.
 if SETTINGS.idle_timeout_s:
     c.JupyterHub.services = [{
         "name": "idle-culler",

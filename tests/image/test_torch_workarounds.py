@@ -93,7 +93,7 @@ def test_torchrun_signalled_itself_still_exits_1_when_its_workers_exit_0(torch_h
     command = trainer_command(nproc=1, script=f"{scripts}/worker.py", timeout_s=ATTEMPT_TIMEOUT_S)
     status, _, log = interrupt_when_logged(torch_host, command, scripts, "torchrun", "ready", SIGTERM_TO_TORCHRUN)
     assert status == 1 and "SignalException" in log, (
-        f"torchrun now ends with {status} when SIGTERM reaches it and its workers exit 0: stop.sh and the tests "
+        f"torchrun now ends with {status} when SIGTERM reaches it and its workers exit 0: stop_policy.py and the tests "
         f"may signal torchrun itself; the workaround can go ({REGISTER}, 'torchrun exits 1 on SIGTERM')\n{log}")
 
 

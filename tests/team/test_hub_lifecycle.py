@@ -1,7 +1,7 @@
 """The hub of deploy/jupyterhub as shipped, over time: `docker restart` of the hub leaves the users' servers
 and their training running (the hub finds them again and its proxy routes to them), and its idle culler,
 with a short HUB_IDLE_TIMEOUT, stops a server with nothing running but not one whose trainer runs in a
-terminal nobody watches (the image reports that work to the hub: hub_activity.sh).
+terminal nobody watches (the image's supervisor reports that work to the hub).
 
     make test FLAVOR=cpu PYTEST_ARGS="tests/team/test_hub_lifecycle.py"
 """

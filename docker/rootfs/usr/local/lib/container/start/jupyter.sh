@@ -107,9 +107,8 @@ use_the_hubs_authentication() {
   JUPYTER_SERVER_COMMAND=(jupyterhub-singleuser)
   log_info "JupyterHub single-user server for hub user '${JUPYTERHUB_USER:-?}':" \
            "the hub logs users in (${JUPYTERHUB_SERVICE_PREFIX:-/})"
-  # The hub's idle culler sees only JupyterLab's own activity: this reports the user's running work too.
-  setsid "${AS_USER[@]}" bash /usr/local/lib/container/hub_activity.sh "$$" &
-  disown  # not a service: wait -n in entrypoint.sh watches the services alone
+  # The hub's idle culler sees only JupyterLab's own activity: the supervisor reports the user's running
+  # work too (supervisor.py, HubActivity).
 }
 
 # JUPYTER_ALLOWED_HOSTS: the host names the platform serves JupyterLab under, comma-separated, as one

@@ -42,3 +42,49 @@ describe_resolved_mode() {
     "$mode" "$user" "$RESOLVED_AUTH" "$(on_off "$ENABLE_SSH")" "$(on_off "$ENABLE_JUPYTER")" \
     "$(on_off "$ENABLE_GPU_EXPORTER")" "$pid_namespace" "$root"
 }
+
+# Start-up's values are words, ids, ports and paths, checked before they get here: only a backslash,
+# a quote, a tab or a newline needs escaping, and other control characters are dropped.
+json_string() {
+  local value=$1
+  value=${value//\\/\\\\} value=${value//\"/\\\"} value=${value//$'\t'/\\t} value=${value//$'\n'/\\n}
+  printf '"%s"' "${value//[[:cntrl:]]/}"
+}
+
+json_list() {
+  local word separator=""
+  printf '['
+  for word in "$@"; do printf '%s%s' "$separator" "$(json_string "$word")"; separator=", "; done
+  printf ']'
+}
+
+json_bool() { if (($1)); then printf true; else printf false; fi; }
+
+# What the supervisor needs to run the container, and what the line above says, as JSON in $1: written
+# once, here, so nothing later decides it again.
+write_resolved_settings() {
+  local ssh_command=() exporter_command=()
+  ((ENABLE_SSH)) && ssh_command=(/usr/sbin/sshd -D -e -f /etc/ssh/sshd_config -p "$SSH_CONTAINER_PORT")
+  ((ENABLE_GPU_EXPORTER)) && exporter_command=(python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT"
+                                               --address "${GPU_EXPORTER_ADDRESS:-0.0.0.0}")
+  cat >"$1" <<JSON
+{
+  "mode": $(json_string "$CONTAINER_MODE"),
+  "at_a_terminal": $(json_bool "$AT_A_TERMINAL"),
+  "spawned_by_hub": $(json_bool "$SPAWNED_BY_JUPYTERHUB"),
+  "user": {"name": $(json_string "$RESOLVED_USER_NAME"), "uid": $CONTAINER_UID, "gid": $CONTAINER_GID},
+  "as_user": $(json_list "${AS_USER[@]}"),
+  "auth": $(json_string "$RESOLVED_AUTH"),
+  "ssh": $(json_bool "$ENABLE_SSH"),
+  "ssh_command": $(json_list "${ssh_command[@]}"),
+  "jupyter": $(json_bool "$ENABLE_JUPYTER"),
+  "jupyter_command": $(json_list "${JUPYTER_SERVER_COMMAND[@]}"),
+  "gpu_exporter_command": $(json_list "${exporter_command[@]}"),
+  "gpu_exporter_port": $(json_string "${GPU_EXPORTER_PORT:-}"),
+  "own_pid_namespace": $(json_bool "$OWN_PID_NAMESPACE"),
+  "read_only_root": $(json_bool "$READ_ONLY_ROOT"),
+  "stop_timeout_s": ${STOP_TIMEOUT:-$DEFAULT_STOP_TIMEOUT_S},
+  "limit_checks": $(json_string "$(limit_checks_that_matter_here)")
+}
+JSON
+}

@@ -4,6 +4,9 @@
 
 # Compose gives the container 30 s (stop_grace_period) before it SIGKILLs everything.
 readonly COMPOSE_GRACE_S=30
+# How long the stop waits for the user's work (the supervisor's steps 1 and 2), inside those 30 s.
+# shellcheck disable=SC2034  # written into the settings (start/mode.sh)
+readonly DEFAULT_STOP_TIMEOUT_S=25
 
 check_stop_timeout() {
   local value=${STOP_TIMEOUT:-}

@@ -1,0 +1,405 @@
+"""The container's resident supervisor. entrypoint.sh does the start-up steps, writes what they resolved
+to /run/container/settings.json, and ends by exec'ing this program (with the image's own Python, -I -S:
+the standard library only, so no package of the user's can break it):
+
+    supervisor.py SETTINGS -- [ARGUMENT ...]   # a command's words, or the services' JupyterLab arguments
+
+It starts the services (sshd, JupyterLab, the GPU exporter), each in a session of its own, or the
+command in one, and waits. On SIGTERM or SIGINT (`docker stop`), or when a service ends on its own, it
+stops the container in the three steps stop_policy.py decides. It is running already when the stop
+comes, so it forks nothing between the signal and the exit: thousands of processes and a full PID
+table do not slow it. Under a hub it also tells the hub while the user's work runs, so the idle culler
+leaves a server with a trainer alone.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.request
+from datetime import datetime, timezone
+from typing import Any
+
+sys.dont_write_bytecode = True  # the image compiled these at build; the run time changes nothing of it
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves this folder off sys.path
+import process_table  # noqa: E402
+import stop_policy  # noqa: E402
+
+RUN_DIR = "/run/container"
+DOCTOR = "/opt/scripts/doctor.py"
+# The checks for exited work start this often and slow down to POLL_S: most work ends within a
+# fraction of a second, and a check of 5,000 processes costs tens of milliseconds.
+FIRST_POLL_S = 0.02
+POLL_S = 0.2
+RESCAN_EVERY_S = 1.0    # at most this often, after some of the work exited, the table is read again
+SERVICES_STOP_S = 10    # step 3 waits this long for what it signalled, then SIGKILLs what is left
+DESCRIBED_AT_MOST = 8
+PR_SET_CHILD_SUBREAPER = 36
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def log(message: str) -> None:
+    print(f"[start] {message}", file=sys.stderr, flush=True)
+
+
+def warn(message: str) -> None:
+    log(f"WARNING: {message}")
+
+
+# ---- starting ------------------------------------------------------------------------------------
+
+def relay_limit_warnings(checks: str) -> None:
+    """doctor's own checks, run in this interpreter: the thresholds and fixes live only in doctor.py."""
+    try:
+        spec = importlib.util.spec_from_file_location("doctor", DOCTOR)
+        doctor = importlib.util.module_from_spec(spec)
+        sys.modules["doctor"] = doctor  # its dataclasses look their module up there
+        spec.loader.exec_module(doctor)
+        lines = doctor.brief_lines(doctor.run_checks(doctor.parse_args(["--only", checks])))
+    except Exception as error:  # a broken doctor costs its warnings, never the container
+        warn(f"could not check the container's limits ({DOCTOR}: {error!r})")
+        return
+    for line in lines:
+        warn(line)
+
+
+def spawn(argv: list[str], cwd: str | None = None) -> int:
+    """Starts ARGV in a session of its own, with the signals Python ignores or blocks back to default."""
+    here = os.getcwd()
+    if cwd:
+        os.chdir(cwd)
+    try:
+        return os.posix_spawnp(argv[0], argv, os.environ, setsid=True, setsigmask=(),
+                               setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT))
+    finally:
+        os.chdir(here)
+
+
+def start_services(settings: dict[str, Any], jupyter_arguments: list[str]) -> dict[int, str]:
+    services: dict[int, str] = {}
+    if settings["ssh"]:
+        services[spawn(settings["ssh_command"])] = "ssh"
+    if settings["jupyter"]:
+        services[spawn([*settings["as_user"], *settings["jupyter_command"], *jupyter_arguments],
+                       cwd="/workspace")] = "jupyter"
+    with open(os.path.join(RUN_DIR, "services"), "w", encoding="utf-8") as file:  # the healthcheck's list
+        file.writelines(f"{name}\n" for name in services.values())
+    if not services:
+        log("no service enabled and no command given: idling; use docker exec, or pass a command")
+    log(f"started: {' '.join(services.values()) or 'nothing'}")
+    return services
+
+
+def start_gpu_exporter(settings: dict[str, Any]) -> int | None:
+    """Beside the services or a command; a failed exporter costs its metrics, never the container."""
+    if not settings["gpu_exporter_command"]:
+        return None
+    pid = spawn([*settings["as_user"], *settings["gpu_exporter_command"]])
+    log(f"GPU exporter: /metrics on port {settings['gpu_exporter_port']}")
+    return pid
+
+
+def mark_started() -> None:
+    """From here on `docker exec` sees the final user, ids and files (tests wait for the marker; the
+    healthcheck reports nothing healthy before it)."""
+    with open(os.path.join(RUN_DIR, "started"), "w"):
+        pass
+
+
+# ---- children and signals ------------------------------------------------------------------------
+
+class Children:
+    """Reaps every child (as a subreaper the supervisor inherits the orphans of what it started) and
+    keeps the exit status of each, as a shell reports it (128 + N for a death by signal N)."""
+
+    def __init__(self) -> None:
+        self.status: dict[int, int] = {}
+
+    def reap(self) -> list[int]:
+        ended = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return ended
+            if pid == 0:
+                return ended
+            code = os.waitstatus_to_exitcode(status)
+            self.status[pid] = code if code >= 0 else 128 - code
+            ended.append(pid)
+
+    def pause(self, seconds: float) -> None:
+        """Sleeps SECONDS, reaping as children end (SIGCHLD is blocked: waited for, not handled)."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if signal.sigtimedwait({signal.SIGCHLD}, left) is not None:
+                self.reap()
+        self.reap()
+
+
+def describe(pids: list[int] | tuple[int, ...] | set[int], table: stop_policy.Table) -> str:
+    shown = []
+    for pid in list(pids)[:DESCRIBED_AT_MOST]:
+        process = table.get(pid)
+        command = (process.command if process else "") or process_table.read_command(pid) or \
+            (process.name if process else "")
+        shown.append(f"{pid}({command[:60]})")
+    more = len(pids) - len(shown)
+    return " ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def send(number: signal.Signals, pids: list[int] | tuple[int, ...]) -> list[int]:
+    """Signals each; returns those that still exist but could not be signalled."""
+    failed = []
+    for pid in pids:
+        try:
+            os.kill(pid, number)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            failed.append(pid)
+    return failed
+
+
+def still_alive(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if process_table.is_alive(pid)}
+
+
+# ---- the stop ------------------------------------------------------------------------------------
+
+class Stop:
+    """The three steps; clean only when everything signalled exited in time and every signal was sent."""
+
+    def __init__(self, container: stop_policy.Container, children: Children, timeout_s: int) -> None:
+        self.container, self.children, self.timeout_s = container, children, timeout_s
+        self.clean = True
+
+    def stop_user_work(self) -> None:
+        """Steps 1 and 2. Each pass checks only the work found alive at the last; after a pass in which
+        some of it exited (at most once a second), the table is read again for new tops."""
+        deadline = time.monotonic() + self.timeout_s
+        table = process_table.snapshot(self.container)
+        plan = stop_policy.plan_signals(table, self.container)
+        work = stop_policy.user_work(table, self.container)
+        if not work:
+            return
+        log(f"stopping: SIGTERM to your work first, waiting up to {self.timeout_s} s for it: "
+            f"{describe([*plan.signal, *plan.readers], table)}")
+        failed = send(signal.SIGTERM, plan.signal)
+        known, readers, signalled = set(plan.tops), dict(plan.readers), set(plan.signal)
+        writers_gone_at: dict[int, float] = {}
+        scanned_at, exited_since_scan, pause_s = time.monotonic(), False, FIRST_POLL_S
+        while work and time.monotonic() < deadline:
+            self.children.pause(pause_s)
+            pause_s = min(POLL_S, pause_s * 2)
+            alive = still_alive(work)
+            now = time.monotonic()
+            exited_since_scan = exited_since_scan or len(alive) < len(work)
+            if (exited_since_scan and now - scanned_at >= RESCAN_EVERY_S) or not alive:
+                scanned_at, exited_since_scan = now, False
+                table = process_table.snapshot(self.container)
+                alive = stop_policy.user_work(table, self.container)
+                plan = stop_policy.plan_signals(table, self.container, frozenset(known))
+                known |= plan.tops
+                readers.update(plan.readers)
+                fresh = [pid for pid in plan.signal if pid not in signalled]
+                if fresh:
+                    log("stopping: SIGTERM to work whose launcher exited or that started since: "
+                        f"{describe(fresh, table)}")
+                    failed += send(signal.SIGTERM, fresh)
+                    signalled |= set(fresh)
+            drained = [pid for pid in stop_policy.readers_to_signal(readers, alive, writers_gone_at, now)
+                       if pid not in signalled]
+            if drained:
+                log(f"stopping: SIGTERM to readers still running {stop_policy.READER_DRAIN_S:g} s after "
+                    f"their input ended: {describe(drained, table)}")
+                failed += send(signal.SIGTERM, drained)
+                signalled |= set(drained)
+            work = alive
+        if failed:
+            self.clean = False
+            warn(f"could not signal {describe(failed, table)}")
+        if work:
+            self.clean = False
+            warn(f"still running after {self.timeout_s} s, stopped with the services now: {describe(work, table)}")
+        else:
+            log("your processes have exited")
+
+    def stop_everything_left(self) -> None:
+        """Step 3: sshd and its sessions, tmux, shells, JupyterLab. Waits for everything it signalled,
+        not only for its own children, and SIGKILLs what outlives SERVICES_STOP_S."""
+        table = process_table.snapshot(self.container, pipes=False)
+        targets = stop_policy.everything_left(table, self.container)
+        failed = send(signal.SIGTERM, targets)
+        deadline = time.monotonic() + SERVICES_STOP_S
+        left, pause_s = still_alive(set(targets)), FIRST_POLL_S
+        while left and time.monotonic() < deadline:
+            self.children.pause(pause_s)
+            pause_s = min(POLL_S, pause_s * 2)
+            left = still_alive(left)
+        if failed or left:
+            self.clean = False
+            warn(f"still running {SERVICES_STOP_S} s after the services' SIGTERM, SIGKILLed: "
+                 f"{describe(sorted(left | set(failed)), table)}")
+            send(signal.SIGKILL, sorted(left))
+        self.children.reap()
+
+    def run(self) -> None:
+        # The stop signals stay blocked: a second `docker stop` does not cut the orderly stop short.
+        self.stop_user_work()
+        self.stop_everything_left()
+        if self.clean:
+            log("stopped cleanly")
+        else:
+            warn("stopped, but not cleanly: what the lines above name did not end in time and got SIGTERM late")
+
+
+# ---- telling a hub that work runs ----------------------------------------------------------------
+
+class HubActivity:
+    """Under a hub, every JUPYTERHUB_ACTIVITY_INTERVAL seconds (the variable jupyterhub-singleuser reads
+    too): when some of the user's work was running at the last look and still is (so a healthcheck or a
+    `docker exec ls` does not count), posts now as the server's last activity to the hub's activity API,
+    with the server's own token. jupyterhub-singleuser reports only what JupyterLab itself sees."""
+
+    def __init__(self, container: stop_policy.Container) -> None:
+        self.container = container
+        self.interval_s = self.read_interval()
+        self.url = f"{os.environ['JUPYTERHUB_API_URL']}/users/{os.environ.get('JUPYTERHUB_USER', '')}/activity"
+        self.due = time.monotonic() + self.interval_s
+        self.seen: set[int] = set()
+
+    @staticmethod
+    def read_interval() -> float:
+        value = os.environ.get("JUPYTERHUB_ACTIVITY_INTERVAL", "300")
+        try:
+            if float(value) >= 1:
+                return float(value)
+        except ValueError:
+            pass
+        warn(f"JUPYTERHUB_ACTIVITY_INTERVAL='{value}' is not a number of seconds (1 or more): "
+             "reporting your running work to the hub every 300 s")
+        return 300.0
+
+    def seconds_left(self) -> float:
+        return max(0.0, self.due - time.monotonic())
+
+    def look(self) -> None:
+        self.due = time.monotonic() + self.interval_s
+        work = stop_policy.user_work(process_table.snapshot(self.container, pipes=False), self.container)
+        if work & self.seen:
+            threading.Thread(target=self.post, daemon=True).start()  # a slow hub never delays a stop
+        self.seen = work
+
+    def post(self) -> None:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {"last_activity": now, "servers": {os.environ.get("JUPYTERHUB_SERVER_NAME", ""): {"last_activity": now}}}
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST", headers={
+            "Authorization": f"token {os.environ['JUPYTERHUB_API_TOKEN']}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30):
+                pass
+        except OSError as error:
+            warn(f"could not tell the hub that your work runs ({self.url}: {error}); "
+                 "its idle culler may stop this server")
+
+
+# ---- the main loop -------------------------------------------------------------------------------
+
+def wait_for_event(children: Children, watched: set[int], activity: HubActivity | None) -> tuple[str, int]:
+    """Blocks until a stop signal ("stop", its number) or the end of a watched child ("ended", its PID)."""
+    while True:
+        for pid in children.reap():
+            if pid in watched:
+                return "ended", pid
+        if activity is None:
+            info = signal.sigwaitinfo(STOP_SIGNALS | {signal.SIGCHLD})
+        else:
+            info = signal.sigtimedwait(STOP_SIGNALS | {signal.SIGCHLD}, activity.seconds_left())
+            if info is None:
+                activity.look()
+                continue
+        if info.si_signo in STOP_SIGNALS:
+            return "stop", info.si_signo
+
+
+def cannot_run(command: str, error: OSError) -> int:
+    print(f"[start] ERROR: cannot run {command}: {error.strerror}; check the command's name and PATH",
+          file=sys.stderr, flush=True)
+    return 127
+
+
+def run_in_place(settings: dict[str, Any], command: list[str]) -> int:
+    """At a terminal (docker run -it) the command takes this process's place, so Ctrl-C and job control
+    stay its own; `docker stop` then signals the command itself."""
+    relay_limit_warnings(settings["limit_checks"])
+    mark_started()
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(number, signal.SIG_DFL)
+    argv = [*settings["as_user"], *command]
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as error:
+        return cannot_run(command[0], error)
+
+
+def main(argv: list[str]) -> int:
+    settings_path, separator, *rest = argv
+    if separator != "--":
+        raise SystemExit("usage: supervisor.py SETTINGS -- [ARGUMENT ...]")
+    with open(settings_path, encoding="utf-8") as file:
+        settings = json.load(file)
+    command_mode = settings["mode"] == "command"
+    if command_mode and settings["at_a_terminal"]:
+        return run_in_place(settings, rest)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS | {signal.SIGCHLD})
+    # The orphans of the user's work (a launcher that exited) become our children: they stay in our
+    # tree, which is all the stop looks at without a PID namespace of our own.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    children = Children()
+    if command_mode:
+        try:
+            command = spawn([*settings["as_user"], *rest])
+        except OSError as error:
+            return cannot_run(rest[0], error)
+        services = {command: "command"}
+    else:
+        services = start_services(settings, rest)
+    exporter = start_gpu_exporter(settings)
+    holders = {pid for pid, name in services.items() if name != "command"} | ({exporter} - {None})
+    container = stop_policy.Container(os.getpid(), frozenset(holders), settings["own_pid_namespace"])
+    mark_started()
+    # Beside the services, which take seconds to answer: the check costs them no time.
+    relay_limit_warnings(settings["limit_checks"])
+    activity = None
+    if settings["spawned_by_hub"] and not command_mode and os.environ.get("JUPYTERHUB_API_URL"):
+        activity = HubActivity(container)
+    stop = Stop(container, children, settings["stop_timeout_s"])
+    event, which = wait_for_event(children, set(services), activity)
+    if command_mode:
+        if event == "stop":
+            stop.run()
+            children.reap()
+        # The command's exit status is the container's: torchrun's, 0 when its workers saved.
+        return children.status.get(command, 1)
+    if event == "stop":
+        stop.run()
+        return 0
+    status = children.status[which]
+    warn(f"a service exited on its own (status {status}): stopping your work, then the other services, "
+         "so the restart policy can act")
+    stop.run()
+    # A hub's server that ends with 0 was shut down on purpose (File > Shut Down, the hub's idle culler):
+    # the hub counts the container's exit, and 0 is the truth. Elsewhere the restart policy needs non-zero.
+    if status == 0 and settings["spawned_by_hub"]:
+        return 0
+    return status or 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
