@@ -1,6 +1,9 @@
-"""`docker stop` reaches a trainer below a launcher that does not pass SIGTERM on (issue 26): `flock`, or a
-sweep script running each trial with subprocess.run, dies of the signal and leaves its trainer running.
-Before, nothing signalled that trainer until the services stopped, and it was killed without a checkpoint.
+"""The two holes an attack found in the stop (issue 26). `docker stop` reaches a trainer below a launcher
+that does not pass SIGTERM on: `flock`, or a sweep script running each trial with subprocess.run, dies of
+the signal and leaves its trainer running; before, nothing signalled that trainer until the services
+stopped, and it was killed without a checkpoint. And a trainer renamed like a session holder (`bash`,
+`sleep`, `tmux: server`, as setproctitle does) is work: before, it was skipped as a holder, killed at
+the end, and the log still said "stopped cleanly".
 
     make test-image PYTEST_ARGS=tests/image/test_stop_launchers.py
 """
@@ -13,6 +16,7 @@ import pytest
 
 from tests.support.containers import docker
 from tests.support.stopping import GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_arguments, wait_until_trained
+from tests.support.waiting import wait_until
 
 STOP_TIMEOUT_S = 10
 
@@ -43,3 +47,39 @@ def test_a_trainer_below_a_launcher_that_does_not_pass_sigterm_on_saves(containe
     assert took < STOP_TIMEOUT_S and "stopped cleanly" in logs, (took, logs[-3000:])
     assert "SIGTERM to work whose launcher exited" in logs, logs[-3000:]
     assert container.state()["ExitCode"] == 0, logs[-3000:]
+
+
+def renamed(name: str, argv: list[str]) -> list[str]:
+    """ARGV's Python program, renamed NAME first (prctl PR_SET_NAME, what setproctitle does)."""
+    code = (f"import ctypes, os, runpy, sys; ctypes.CDLL(None).prctl(15, {name.encode()!r}, 0, 0, 0); "
+            f"sys.argv = {argv[1:]!r}; sys.path.insert(0, os.path.dirname(sys.argv[0])); "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+    return ["python", "-c", code]
+
+
+@pytest.mark.parametrize("name", ["bash", "sleep", "tmux: server"])
+def test_a_trainer_named_like_a_session_holder_is_signalled_as_work(containers, tmp_path, name):
+    label = name.replace(":", "").replace(" ", "-")
+    container = containers(options=["--env", "ENABLE_JUPYTER=0", "--env", f"STOP_TIMEOUT={STOP_TIMEOUT_S}"])
+    container.wait_until_started()
+    command = shlex.join(renamed(name, trainer_arguments(label, nproc=None)))
+    docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c",
+           f"OMP_NUM_THREADS=1 {command} > /tmp/{label}.log 2>&1")
+    wait_until_trained(container, label)
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    log, logs = read_file(container, f"/tmp/{label}.log", tmp_path), container.logs()
+    assert "stopped by SIGTERM at step" in log and saved_checkpoints(container, label, tmp_path), \
+        log[-3000:] + logs[-3000:]
+    assert "your processes have exited" in logs and "stopped cleanly" in logs, logs[-3000:]
+
+
+def test_stopped_cleanly_is_not_said_when_renamed_work_ignored_its_sigterm(containers):
+    container = containers(options=["--env", "ENABLE_JUPYTER=0", "--env", "STOP_TIMEOUT=2"])
+    container.wait_until_started()
+    stubborn = ("import ctypes, signal, time; ctypes.CDLL(None).prctl(15, b'sleep', 0, 0, 0); "
+                "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)")
+    docker("exec", "--detach", "--user", "dev", container.name, "python", "-c", stubborn)
+    wait_until(lambda: "time.sleep(600)" in container.run("ps -eo args", user=None).stdout, 30)
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    logs = container.logs()
+    assert "still running after 2 s" in logs and "stopped cleanly" not in logs, logs[-3000:]
