@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from stop_policy import (READER_DRAIN_S, Container, Process, everything_left, plan_signals, readers_to_signal,
-                         user_work)
+                         shells, user_work)
 
 SUPERVISOR = 7
 CONTAINER = Container(supervisor=SUPERVISOR, services=frozenset({10, 20}))
@@ -58,6 +58,15 @@ def test_torchrun_below_a_wrapper_has_its_workers_signalled_and_the_wrapper_left
                    "pt_elastic")
     processes = table(shell(100, SUPERVISOR), wrapper, agent, python(103, 102), python(104, 102), python(105, 103))
     assert plan_signals(processes, CONTAINER).signal == (103, 104)
+
+
+def test_a_sweep_that_runs_torchrun_through_a_shell_is_signalled_with_torchruns_workers():
+    """subprocess.run("torchrun ...", shell=True): the shell between them makes torchrun a top of its own,
+    so the sweep gets its SIGTERM too and starts no next trial."""
+    sweep = python(101, 100, "python sweep.py")
+    processes = table(shell(100, 10), sweep, Process(102, 101, "sh", "dash"), python(103, 102, TORCHRUN, "torchrun"),
+                      python(104, 103), python(105, 103))
+    assert plan_signals(processes, CONTAINER).signal == (101, 104, 105)
 
 
 def test_torchrun_in_its_rendezvous_without_workers_is_signalled_itself():
@@ -136,6 +145,11 @@ def test_the_services_and_holders_are_not_work_but_are_stopped_last():
     assert everything_left(processes, container) == [10, 12, 13, 20, 30]
 
 
+def test_a_pid_of_a_service_that_ended_is_work_when_it_comes_back_as_a_trainer():
+    processes = table(shell(12, 10), python(30, 12))
+    assert plan_signals(processes, Container(SUPERVISOR, frozenset({10, 20, 30}))).signal == (30,)
+
+
 def test_in_the_hosts_pid_namespace_only_the_supervisors_descendants_count():
     host = Container(supervisor=600, own_pid_namespace=False)
     processes = {1: Process(1, 0, "systemd", "systemd"), 2: Process(2, 0, "kthreadd", None, kernel_thread=True),
@@ -144,6 +158,12 @@ def test_in_the_hosts_pid_namespace_only_the_supervisors_descendants_count():
                  601: shell(601, 600), 602: python(602, 601)}
     assert plan_signals(processes, host).signal == (602,)
     assert everything_left(processes, host) == [601, 602]
+
+
+def test_step_3_hangs_up_the_shells_but_not_a_trainer_named_like_one():
+    """An interactive shell ignores SIGTERM; a shell of `docker exec -it` has its terminal outside."""
+    processes = table(shell(12, 0), Process(13, 12, "sh", None), python(14, 12, name="bash"))
+    assert shells(processes, everything_left(processes, CONTAINER)) == [12, 13]
 
 
 def test_kernel_threads_are_never_signalled():

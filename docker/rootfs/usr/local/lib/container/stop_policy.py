@@ -88,7 +88,8 @@ def is_holder_by_name(name: str) -> bool:
 
 
 def is_holder(process: Process, container: Container) -> bool:
-    if process.pid in container.services:
+    # A service is the supervisor's child; a PID of one that ended may come back as anything.
+    if process.pid in container.services and process.parent == container.supervisor:
         return True
     if process.program is not None:
         if process.program in HOLDER_PROGRAMS:
@@ -140,10 +141,13 @@ def children_of(table: Table) -> dict[int, list[int]]:
     return found
 
 
-def subtree(children: dict[int, list[int]], top: int) -> list[int]:
+def work_below(children: dict[int, list[int]], top: int, work: set[int]) -> list[int]:
+    """TOP and the work below it, down to the first holder on each branch: a shell below is another
+    piece of work's holder (`subprocess.run("torchrun ...", shell=True)`), whose tops have plans of
+    their own."""
     found, frontier = [top], [top]
     for _ in range(MAX_DEPTH):
-        frontier = [child for pid in frontier for child in children.get(pid, ())]
+        frontier = [child for pid in frontier for child in children.get(pid, ()) if child in work]
         if not frontier:
             break
         found += frontier
@@ -180,7 +184,7 @@ def plan_signals(table: Table, container: Container, known_tops: frozenset[int] 
         if writers:
             readers[top] = writers
             continue
-        agents = [pid for pid in subtree(children, top) if pid in work and is_torchrun(table[pid])]
+        agents = [pid for pid in work_below(children, top, work) if is_torchrun(table[pid])]
         workers = [child for agent in agents for child in children.get(agent, ()) if child in work]
         # A torchrun still in its rendezvous has no workers yet: it (or its wrapper) gets the signal.
         signal += workers if workers else [top]
@@ -204,3 +208,9 @@ def readers_to_signal(readers: dict[int, frozenset[int]], alive: set[int], write
 def everything_left(table: Table, container: Container) -> list[int]:
     """Step 3: every process of the container, services and holders included."""
     return sorted(in_container(table, container))
+
+
+def shells(table: Table, pids: list[int]) -> list[int]:
+    """The shells among PIDS: an interactive one ignores SIGTERM, and ends on SIGHUP."""
+    return [pid for pid in pids
+            if (table[pid].program or table[pid].name) in ("bash", "sh", "dash", "zsh", "fish")]

@@ -38,6 +38,7 @@ FIRST_POLL_S = 0.02
 POLL_S = 0.2
 RESCAN_EVERY_S = 1.0    # at most this often, after some of the work exited, the table is read again
 SERVICES_STOP_S = 10    # step 3 waits this long for what it signalled, then SIGKILLs what is left
+COMMAND_ENDS_S = 2      # how long a command whose work has ended may take to end by itself
 DESCRIBED_AT_MOST = 8
 PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
@@ -68,38 +69,53 @@ def relay_limit_warnings(checks: str) -> None:
         warn(line)
 
 
-def spawn(argv: list[str], cwd: str | None = None) -> int:
-    """Starts ARGV in a session of its own, with the signals Python ignores or blocks back to default."""
+def spawn(argv: list[str], cwd: str | None = None, stdin: bool = False) -> int:
+    """Starts ARGV in a session of its own, with the signals Python ignores or blocks back to default.
+    Only the command gets the container's stdin (STDIN); a service reads /dev/null, as a shell's
+    background job does."""
+    actions = [] if stdin else [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
     here = os.getcwd()
     if cwd:
         os.chdir(cwd)
     try:
-        return os.posix_spawnp(argv[0], argv, os.environ, setsid=True, setsigmask=(),
+        return os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions, setsid=True, setsigmask=(),
                                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT))
     finally:
         os.chdir(here)
 
 
-def start_services(settings: dict[str, Any], jupyter_arguments: list[str]) -> dict[int, str]:
-    services: dict[int, str] = {}
+def start_services(settings: dict[str, Any], jupyter_arguments: list[str]) -> tuple[dict[int, str], bool]:
+    """The services started, by PID, and whether every one of them could be started."""
+    wanted = []
     if settings["ssh"]:
-        services[spawn(settings["ssh_command"])] = "ssh"
+        wanted.append(("ssh", settings["ssh_command"], None))
     if settings["jupyter"]:
-        services[spawn([*settings["as_user"], *settings["jupyter_command"], *jupyter_arguments],
-                       cwd="/workspace")] = "jupyter"
+        wanted.append(("jupyter", [*settings["as_user"], *settings["jupyter_command"], *jupyter_arguments],
+                       "/workspace"))
+    services: dict[int, str] = {}
+    for name, argv, cwd in wanted:
+        try:
+            services[spawn(argv, cwd)] = name
+        except OSError as error:
+            log(f"ERROR: could not start {name} ({' '.join(argv)}): {error}; stopping the container")
+            return services, False
     with open(os.path.join(RUN_DIR, "services"), "w", encoding="utf-8") as file:  # the healthcheck's list
         file.writelines(f"{name}\n" for name in services.values())
     if not services:
         log("no service enabled and no command given: idling; use docker exec, or pass a command")
     log(f"started: {' '.join(services.values()) or 'nothing'}")
-    return services
+    return services, True
 
 
 def start_gpu_exporter(settings: dict[str, Any]) -> int | None:
     """Beside the services or a command; a failed exporter costs its metrics, never the container."""
     if not settings["gpu_exporter_command"]:
         return None
-    pid = spawn([*settings["as_user"], *settings["gpu_exporter_command"]])
+    try:
+        pid = spawn([*settings["as_user"], *settings["gpu_exporter_command"]])
+    except OSError as error:
+        warn(f"could not start the GPU exporter: {error}")
+        return None
     log(f"GPU exporter: /metrics on port {settings['gpu_exporter_port']}")
     return pid
 
@@ -115,9 +131,10 @@ def mark_started() -> None:
 
 class Children:
     """Reaps every child (as a subreaper the supervisor inherits the orphans of what it started) and
-    keeps the exit status of each, as a shell reports it (128 + N for a death by signal N)."""
+    keeps the exit status of those it watches, as a shell reports it (128 + N for a death by signal N)."""
 
     def __init__(self) -> None:
+        self.watched: set[int] = set()
         self.status: dict[int, int] = {}
 
     def reap(self) -> list[int]:
@@ -129,9 +146,16 @@ class Children:
                 return ended
             if pid == 0:
                 return ended
-            code = os.waitstatus_to_exitcode(status)
-            self.status[pid] = code if code >= 0 else 128 - code
+            if pid in self.watched:
+                code = os.waitstatus_to_exitcode(status)
+                self.status[pid] = code if code >= 0 else 128 - code
             ended.append(pid)
+
+    def status_of(self, pid: int) -> int:
+        """PID's exit status, waiting for it to end if it has not yet."""
+        while pid not in self.status:
+            self.pause(POLL_S)
+        return self.status[pid]
 
     def pause(self, seconds: float) -> None:
         """Sleeps SECONDS, reaping as children end (SIGCHLD is blocked: waited for, not handled)."""
@@ -175,9 +199,11 @@ def still_alive(pids: set[int]) -> set[int]:
 class Stop:
     """The three steps; clean only when everything signalled exited in time and every signal was sent."""
 
-    def __init__(self, container: stop_policy.Container, children: Children, timeout_s: int) -> None:
-        self.container, self.children, self.timeout_s = container, children, timeout_s
+    def __init__(self, container: stop_policy.Container, children: Children, timeout_s: int,
+                 command: int | None = None) -> None:
+        self.container, self.children, self.timeout_s, self.command = container, children, timeout_s, command
         self.clean = True
+        self.work_ended = True
 
     def stop_user_work(self) -> None:
         """Steps 1 and 2. Each pass checks only the work found alive at the last; after a pass in which
@@ -225,7 +251,7 @@ class Stop:
             self.clean = False
             warn(f"could not signal {describe(failed, table)}")
         if work:
-            self.clean = False
+            self.clean = self.work_ended = False
             warn(f"still running after {self.timeout_s} s, stopped with the services now: {describe(work, table)}")
         else:
             log("your processes have exited")
@@ -236,6 +262,9 @@ class Stop:
         table = process_table.snapshot(self.container, pipes=False)
         targets = stop_policy.everything_left(table, self.container)
         failed = send(signal.SIGTERM, targets)
+        # An interactive shell ignores SIGTERM; one whose terminal is held outside (`docker exec -it`)
+        # gets no SIGHUP from it either.
+        send(signal.SIGHUP, stop_policy.shells(table, targets))
         deadline = time.monotonic() + SERVICES_STOP_S
         left, pause_s = still_alive(set(targets)), FIRST_POLL_S
         while left and time.monotonic() < deadline:
@@ -249,9 +278,19 @@ class Stop:
             send(signal.SIGKILL, sorted(left))
         self.children.reap()
 
+    def wait_for_the_command(self) -> None:
+        """A command whose work has ended ends by itself (`bash -c 'torchrun ... | tee log'` returns its
+        reader's 0 a moment later): its own status, not step 3's SIGTERM, is the container's."""
+        if self.command is None or not self.work_ended:
+            return
+        deadline = time.monotonic() + COMMAND_ENDS_S
+        while self.command not in self.children.status and time.monotonic() < deadline:
+            self.children.pause(FIRST_POLL_S)
+
     def run(self) -> None:
         # The stop signals stay blocked: a second `docker stop` does not cut the orderly stop short.
         self.stop_user_work()
+        self.wait_for_the_command()
         self.stop_everything_left()
         if self.clean:
             log("stopped cleanly")
@@ -278,11 +317,11 @@ class HubActivity:
     def read_interval() -> float:
         value = os.environ.get("JUPYTERHUB_ACTIVITY_INTERVAL", "300")
         try:
-            if float(value) >= 1:
+            if 1 <= float(value) <= 86400:
                 return float(value)
         except ValueError:
             pass
-        warn(f"JUPYTERHUB_ACTIVITY_INTERVAL='{value}' is not a number of seconds (1 or more): "
+        warn(f"JUPYTERHUB_ACTIVITY_INTERVAL='{value}' is not a number of seconds from 1 to 86400: "
              "reporting your running work to the hub every 300 s")
         return 300.0
 
@@ -338,6 +377,7 @@ def run_in_place(settings: dict[str, Any], command: list[str]) -> int:
     """At a terminal (docker run -it) the command takes this process's place, so Ctrl-C and job control
     stay its own; `docker stop` then signals the command itself."""
     relay_limit_warnings(settings["limit_checks"])
+    start_gpu_exporter(settings)
     mark_started()
     for number in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(number, signal.SIG_DFL)
@@ -362,31 +402,35 @@ def main(argv: list[str]) -> int:
     # tree, which is all the stop looks at without a PID namespace of our own.
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     children = Children()
+    command, started = None, True
     if command_mode:
         try:
-            command = spawn([*settings["as_user"], *rest])
+            command = spawn([*settings["as_user"], *rest], stdin=True)
         except OSError as error:
             return cannot_run(rest[0], error)
         services = {command: "command"}
     else:
-        services = start_services(settings, rest)
+        services, started = start_services(settings, rest)
+    children.watched = set(services)
     exporter = start_gpu_exporter(settings)
     holders = {pid for pid, name in services.items() if name != "command"} | ({exporter} - {None})
     container = stop_policy.Container(os.getpid(), frozenset(holders), settings["own_pid_namespace"])
+    stop = Stop(container, children, settings["stop_timeout_s"], command)
+    if not started:
+        stop.run()
+        return 1
     mark_started()
     # Beside the services, which take seconds to answer: the check costs them no time.
     relay_limit_warnings(settings["limit_checks"])
     activity = None
     if settings["spawned_by_hub"] and not command_mode and os.environ.get("JUPYTERHUB_API_URL"):
         activity = HubActivity(container)
-    stop = Stop(container, children, settings["stop_timeout_s"])
     event, which = wait_for_event(children, set(services), activity)
-    if command_mode:
+    if command:
         if event == "stop":
             stop.run()
-            children.reap()
         # The command's exit status is the container's: torchrun's, 0 when its workers saved.
-        return children.status.get(command, 1)
+        return children.status_of(command)
     if event == "stop":
         stop.run()
         return 0

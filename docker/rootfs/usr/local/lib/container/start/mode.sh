@@ -63,7 +63,10 @@ json_bool() { if (($1)); then printf true; else printf false; fi; }
 # What the supervisor needs to run the container, and what the line above says, as JSON in $1: written
 # once, here, so nothing later decides it again.
 write_resolved_settings() {
-  local ssh_command=() exporter_command=()
+  local ssh_command=() exporter_command=() stop_timeout=${STOP_TIMEOUT:-$DEFAULT_STOP_TIMEOUT_S}
+  # check_settings read it before the hooks ran, and a hook may have set it since.
+  [[ $stop_timeout =~ $SECONDS_PATTERN ]] ||
+    fatal "STOP_TIMEOUT='$stop_timeout' (set by a start-up hook) is not a number of seconds; set it to a whole number such as 25"
   ((ENABLE_SSH)) && ssh_command=(/usr/sbin/sshd -D -e -f /etc/ssh/sshd_config -p "$SSH_CONTAINER_PORT")
   ((ENABLE_GPU_EXPORTER)) && exporter_command=(python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT"
                                                --address "${GPU_EXPORTER_ADDRESS:-0.0.0.0}")
@@ -83,7 +86,7 @@ write_resolved_settings() {
   "gpu_exporter_port": $(json_string "${GPU_EXPORTER_PORT:-}"),
   "own_pid_namespace": $(json_bool "$OWN_PID_NAMESPACE"),
   "read_only_root": $(json_bool "$READ_ONLY_ROOT"),
-  "stop_timeout_s": ${STOP_TIMEOUT:-$DEFAULT_STOP_TIMEOUT_S},
+  "stop_timeout_s": $stop_timeout,
   "limit_checks": $(json_string "$(limit_checks_that_matter_here)")
 }
 JSON

@@ -7,11 +7,12 @@ readonly COMPOSE_GRACE_S=30
 # How long the stop waits for the user's work (the supervisor's steps 1 and 2), inside those 30 s.
 # shellcheck disable=SC2034  # written into the settings (start/mode.sh)
 readonly DEFAULT_STOP_TIMEOUT_S=25
+readonly SECONDS_PATTERN='^(0|[1-9][0-9]{0,4})$'
 
 check_stop_timeout() {
   local value=${STOP_TIMEOUT:-}
   [[ -n $value ]] || return 0
-  [[ $value =~ ^(0|[1-9][0-9]{0,4})$ ]] ||
+  [[ $value =~ $SECONDS_PATTERN ]] ||
     fatal "STOP_TIMEOUT='$value' is not a number of seconds; set it to a whole number such as 25"
   if ((value >= COMPOSE_GRACE_S)); then
     log_warn "STOP_TIMEOUT=$value is not below the engine's grace period (compose: 30 s, docker stop: 10 s):" \
