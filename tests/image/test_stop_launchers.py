@@ -10,7 +10,6 @@ the end, and the log still said "stopped cleanly".
 from __future__ import annotations
 
 import shlex
-import time
 
 import pytest
 
@@ -37,15 +36,14 @@ def test_a_trainer_below_a_launcher_that_does_not_pass_sigterm_on_saves(containe
     docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c",
            f"OMP_NUM_THREADS=1 {command} > /tmp/{launcher}.log 2>&1")
     wait_until_trained(container, launcher)
-    started = time.monotonic()
     docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
-    took = time.monotonic() - started
     log, logs = read_file(container, f"/tmp/{launcher}.log", tmp_path), container.logs()
     assert "stopped by SIGTERM at step" in log and saved_checkpoints(container, launcher, tmp_path), \
         log[-3000:] + logs[-3000:]
-    # Signalled once its launcher was gone, not when STOP_TIMEOUT ran out.
-    assert took < STOP_TIMEOUT_S and "stopped cleanly" in logs, (took, logs[-3000:])
+    # Signalled once its launcher was gone, not when STOP_TIMEOUT ran out (the log, not a clock, says so:
+    # on a loaded machine the stop's own seconds vary).
     assert "SIGTERM to work whose launcher exited" in logs, logs[-3000:]
+    assert "still running after" not in logs and "stopped cleanly" in logs, logs[-3000:]
     assert container.state()["ExitCode"] == 0, logs[-3000:]
 
 
