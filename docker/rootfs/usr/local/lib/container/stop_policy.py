@@ -166,10 +166,11 @@ def pipe_writers(table: Table, reader: int, work: set[int]) -> frozenset[int]:
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Step 1 for the tops no earlier plan saw: what gets SIGTERM now, and the readers left to drain,
-    each with the writers of its input."""
+    each with the writers of its input; and all of the user's work, which step 2 waits for."""
     signal: tuple[int, ...]
     readers: dict[int, frozenset[int]]
     tops: frozenset[int]
+    work: frozenset[int]
 
 
 def plan_signals(table: Table, container: Container, known_tops: frozenset[int] = frozenset()) -> Plan:
@@ -188,7 +189,7 @@ def plan_signals(table: Table, container: Container, known_tops: frozenset[int] 
         workers = [child for agent in agents for child in children.get(agent, ()) if child in work]
         # A torchrun still in its rendezvous has no workers yet: it (or its wrapper) gets the signal.
         signal += workers if workers else [top]
-    return Plan(tuple(signal), readers, frozenset(new_tops))
+    return Plan(tuple(signal), readers, frozenset(new_tops), frozenset(work))
 
 
 def readers_to_signal(readers: dict[int, frozenset[int]], alive: set[int], writers_gone_at: dict[int, float],

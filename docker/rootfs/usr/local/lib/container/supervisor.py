@@ -211,7 +211,7 @@ class Stop:
         deadline = time.monotonic() + self.timeout_s
         table = process_table.snapshot(self.container)
         plan = stop_policy.plan_signals(table, self.container)
-        work = stop_policy.user_work(table, self.container)
+        work = set(plan.work)
         if not work:
             return
         log(f"stopping: SIGTERM to your work first, waiting up to {self.timeout_s} s for it: "
@@ -229,8 +229,8 @@ class Stop:
             if (exited_since_scan and now - scanned_at >= RESCAN_EVERY_S) or not alive:
                 scanned_at, exited_since_scan = now, False
                 table = process_table.snapshot(self.container)
-                alive = stop_policy.user_work(table, self.container)
                 plan = stop_policy.plan_signals(table, self.container, frozenset(known))
+                alive = set(plan.work)
                 known |= plan.tops
                 readers.update(plan.readers)
                 fresh = [pid for pid in plan.signal if pid not in signalled]
