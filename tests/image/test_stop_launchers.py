@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 
-from tests.support.containers import docker
+from tests.support.containers import Container, docker
 from tests.support.stopping import GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_arguments, wait_until_trained
 from tests.support.waiting import wait_until
 
@@ -28,18 +28,26 @@ def sweep(argv: list[str]) -> list[str]:
 LAUNCHERS = {"flock": lambda argv: ["flock", "/tmp/trial.lock", *argv], "sweep": sweep}
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_a_trainer_below_a_launcher_that_does_not_pass_sigterm_on_saves(containers, tmp_path, launcher):
+def train_then_stop(containers, tmp_path, name: str, argv: list[str]) -> tuple[Container, str]:
+    """Runs ARGV, the trainer NAME (/tmp/NAME.log), with `docker exec` until it trained a step, then
+    `docker stop`s the container; asserts the trainer saved on its SIGTERM; returns the container and
+    its log."""
     container = containers(options=["--env", "ENABLE_JUPYTER=0", "--env", f"STOP_TIMEOUT={STOP_TIMEOUT_S}"])
     container.wait_until_started()
-    command = shlex.join(LAUNCHERS[launcher](trainer_arguments(launcher, nproc=None)))
     docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c",
-           f"OMP_NUM_THREADS=1 {command} > /tmp/{launcher}.log 2>&1")
-    wait_until_trained(container, launcher)
+           f"OMP_NUM_THREADS=1 {shlex.join(argv)} > /tmp/{name}.log 2>&1")
+    wait_until_trained(container, name)
     docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
-    log, logs = read_file(container, f"/tmp/{launcher}.log", tmp_path), container.logs()
-    assert "stopped by SIGTERM at step" in log and saved_checkpoints(container, launcher, tmp_path), \
+    log, logs = read_file(container, f"/tmp/{name}.log", tmp_path), container.logs()
+    assert "stopped by SIGTERM at step" in log and saved_checkpoints(container, name, tmp_path), \
         log[-3000:] + logs[-3000:]
+    return container, logs
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_trainer_below_a_launcher_that_does_not_pass_sigterm_on_saves(containers, tmp_path, launcher):
+    container, logs = train_then_stop(containers, tmp_path, launcher,
+                                      LAUNCHERS[launcher](trainer_arguments(launcher, nproc=None)))
     # Signalled once its launcher was gone, not when STOP_TIMEOUT ran out (the log, not a clock, says so:
     # on a loaded machine the stop's own seconds vary).
     assert "SIGTERM to work whose launcher exited" in logs, logs[-3000:]
@@ -58,16 +66,7 @@ def renamed(name: str, argv: list[str]) -> list[str]:
 @pytest.mark.parametrize("name", ["bash", "sleep", "tmux: server"])
 def test_a_trainer_named_like_a_session_holder_is_signalled_as_work(containers, tmp_path, name):
     label = name.replace(":", "").replace(" ", "-")
-    container = containers(options=["--env", "ENABLE_JUPYTER=0", "--env", f"STOP_TIMEOUT={STOP_TIMEOUT_S}"])
-    container.wait_until_started()
-    command = shlex.join(renamed(name, trainer_arguments(label, nproc=None)))
-    docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c",
-           f"OMP_NUM_THREADS=1 {command} > /tmp/{label}.log 2>&1")
-    wait_until_trained(container, label)
-    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
-    log, logs = read_file(container, f"/tmp/{label}.log", tmp_path), container.logs()
-    assert "stopped by SIGTERM at step" in log and saved_checkpoints(container, label, tmp_path), \
-        log[-3000:] + logs[-3000:]
+    _, logs = train_then_stop(containers, tmp_path, label, renamed(name, trainer_arguments(label, nproc=None)))
     assert "your processes have exited" in logs and "stopped cleanly" in logs, logs[-3000:]
 
 
