@@ -16,7 +16,7 @@ import uuid
 import pytest
 import requests
 
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.compose import CPU_FILES, compose
 from tests.support.containers import engine_memlock_limit, free_port, memlock_is_limited_here
 from tests.support.host_tools import skip_where_missing
@@ -101,8 +101,8 @@ def test_devcontainer_up_and_exec_work_as_the_user_with_the_services_running(dev
 
     def jupyter_status(params: dict[str, str]) -> int | None:
         try:
-            return requests.get(jupyter, params=params, timeout=10).status_code
+            return requests.get(jupyter, params=params, timeout=HTTP_TIMEOUT_S).status_code
         except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             return None
-    assert wait_until(lambda: jupyter_status({"token": TOKEN}), 90, failure="JupyterLab did not answer") == 200
+    assert wait_until(lambda: jupyter_status({"token": TOKEN}), 180, failure="JupyterLab did not answer") == 200
     assert jupyter_status({}) == 403

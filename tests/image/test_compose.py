@@ -11,6 +11,7 @@ import uuid
 import pytest
 import requests
 
+from tests.support import HTTP_TIMEOUT_S
 from tests.support.compose import CPU_FILES, compose, compose_config, service_container
 from tests.support.containers import LIVE_CONTAINERS, docker, free_port
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
@@ -85,7 +86,7 @@ def test_compose_up_on_a_cpu_host_gives_jupyter_and_ssh(compose_project):
         probe = json.loads(docker("inspect", "--format", "{{json .Config.Healthcheck}}", container.name).stdout)
         assert probe["StartInterval"] == 5 * 10**8 and probe["Interval"] == 5 * 10**9, probe
         contents = requests.get(f"http://127.0.0.1:{env['JUPYTER_PORT']}/api/contents",
-                                params={"token": env["JUPYTER_TOKEN"]}, timeout=10)
+                                params={"token": env["JUPYTER_TOKEN"]}, timeout=HTTP_TIMEOUT_S)
         assert contents.status_code == 200
         with ssh_session(int(env["SSH_PORT"]), key=key) as client:
             status, out, _ = run(client, "touch /workspace/from-ssh && nproc && command -v torchrun")

@@ -26,30 +26,30 @@ def jupyter_with_token(image):
 
 
 def test_the_api_answers_with_the_token(jupyter_with_token):
-    response = requests.get(f"{api_url(jupyter_with_token)}/contents", params={"token": TOKEN}, timeout=10)
+    response = requests.get(f"{api_url(jupyter_with_token)}/contents", params={"token": TOKEN}, timeout=HTTP_TIMEOUT_S)
     assert response.status_code == 200
     assert response.json()["path"] == ""
 
 
 def test_the_api_refuses_without_the_token_or_with_a_wrong_one(jupyter_with_token):
     url = f"{api_url(jupyter_with_token)}/contents"
-    assert requests.get(url, timeout=10).status_code == 403
-    assert requests.get(url, params={"token": "wrong"}, timeout=10).status_code == 403
+    assert requests.get(url, timeout=HTTP_TIMEOUT_S).status_code == 403
+    assert requests.get(url, params={"token": "wrong"}, timeout=HTTP_TIMEOUT_S).status_code == 403
 
 
 def test_the_lab_page_sends_a_browser_without_token_to_the_login_page(jupyter_with_token):
     url = api_url(jupyter_with_token).removesuffix("/api") + "/lab"
-    response = requests.get(url, timeout=10, allow_redirects=False)
+    response = requests.get(url, timeout=HTTP_TIMEOUT_S, allow_redirects=False)
     assert response.status_code == 302
     assert "/login" in response.headers["Location"]
 
 
 def test_terminals_are_enabled_and_the_root_is_the_workspace(jupyter_with_token):
     headers = {"Authorization": f"token {TOKEN}"}
-    terminal = requests.post(f"{api_url(jupyter_with_token)}/terminals", headers=headers, timeout=10)
+    terminal = requests.post(f"{api_url(jupyter_with_token)}/terminals", headers=headers, timeout=HTTP_TIMEOUT_S)
     assert terminal.status_code == 200, terminal.text
     assert jupyter_with_token.run("touch /workspace/seen-by-jupyter.txt").rc == 0
-    listing = requests.get(f"{api_url(jupyter_with_token)}/contents", headers=headers, timeout=10).json()
+    listing = requests.get(f"{api_url(jupyter_with_token)}/contents", headers=headers, timeout=HTTP_TIMEOUT_S).json()
     assert "seen-by-jupyter.txt" in [item["name"] for item in listing["content"]]
 
 
@@ -69,8 +69,8 @@ def test_without_a_token_one_is_generated_printed_once_and_kept_in_a_file(contai
     assert container.run("cat ~/.jupyter/token").stdout.strip() == token
     assert container.host().file("/home/dev/.jupyter/token").mode == 0o600
     url = f"{api_url(container)}/contents"
-    assert requests.get(url, params={"token": token}, timeout=10).status_code == 200
-    assert requests.get(url, timeout=10).status_code == 403
+    assert requests.get(url, params={"token": token}, timeout=HTTP_TIMEOUT_S).status_code == 200
+    assert requests.get(url, timeout=HTTP_TIMEOUT_S).status_code == 403
 
 
 def test_a_password_hash_enables_password_login(containers):
@@ -81,16 +81,16 @@ def test_a_password_hash_enables_password_login(containers):
     container.wait_until_healthy()
     base = api_url(container).removesuffix("/api")
     session = requests.Session()
-    login_page = session.get(f"{base}/login", timeout=10)
+    login_page = session.get(f"{base}/login", timeout=HTTP_TIMEOUT_S)
     xsrf = session.cookies.get("_xsrf")
     assert login_page.status_code == 200 and xsrf
-    refused = session.post(f"{base}/login", data={"password": "wrong", "_xsrf": xsrf}, timeout=10,
+    refused = session.post(f"{base}/login", data={"password": "wrong", "_xsrf": xsrf}, timeout=HTTP_TIMEOUT_S,
                            allow_redirects=False)
     assert refused.status_code != 302
-    accepted = session.post(f"{base}/login", data={"password": password, "_xsrf": xsrf}, timeout=10,
+    accepted = session.post(f"{base}/login", data={"password": password, "_xsrf": xsrf}, timeout=HTTP_TIMEOUT_S,
                             allow_redirects=False)
     assert accepted.status_code == 302
-    assert session.get(f"{base}/api/contents", timeout=10).status_code == 200
+    assert session.get(f"{base}/api/contents", timeout=HTTP_TIMEOUT_S).status_code == 200
 
 
 def test_a_malformed_password_hash_stops_the_start_with_one_clear_line(image):
@@ -139,7 +139,7 @@ def test_a_generated_token_survives_a_restart(containers):
     container.wait_until_healthy()
     tokens = re.findall(r"/\?token=([0-9a-f]{48})\b", container.logs())
     assert len(first) == 1 and tokens == first * 2, container.logs()
-    assert requests.get(f"{api_url(container)}/contents", params={"token": first[0]}, timeout=10).status_code == 200
+    assert requests.get(f"{api_url(container)}/contents", params={"token": first[0]}, timeout=HTTP_TIMEOUT_S).status_code == 200
 
 
 def test_a_link_planted_at_the_token_file_never_makes_root_write_through_it(containers):
@@ -153,7 +153,7 @@ def test_a_link_planted_at_the_token_file_never_makes_root_write_through_it(cont
     assert container.run("sha256sum /etc/passwd").stdout == passwd_before
     assert container.run("getent passwd dev").rc == 0
     token = re.findall(r"/\?token=([0-9a-f]{48})\b", container.logs())[-1]
-    assert requests.get(f"{api_url(container)}/contents", params={"token": token}, timeout=10).status_code == 200
+    assert requests.get(f"{api_url(container)}/contents", params={"token": token}, timeout=HTTP_TIMEOUT_S).status_code == 200
 
 
 def test_platform_auth_in_a_command_skips_no_check_and_refuses_to_run_open(image):

@@ -85,18 +85,18 @@ def base(container, prefix: str = "/") -> str:
 
 def test_competing_configs_leave_the_token_required(hostile_container):
     url = f"{base(hostile_container)}api/contents"
-    assert requests.get(url, timeout=10).status_code == 403
-    assert requests.get(url, params={"token": ""}, timeout=10).status_code == 403
-    assert requests.get(url, params={"token": TOKEN}, timeout=10).status_code == 200
+    assert requests.get(url, timeout=HTTP_TIMEOUT_S).status_code == 403
+    assert requests.get(url, params={"token": ""}, timeout=HTTP_TIMEOUT_S).status_code == 403
+    assert requests.get(url, params={"token": TOKEN}, timeout=HTTP_TIMEOUT_S).status_code == 200
 
 
 def test_a_password_set_elsewhere_on_the_path_does_not_log_anyone_in(hostile_container):
     session = requests.Session()
-    session.get(f"{base(hostile_container)}login", timeout=10)
-    login = session.post(f"{base(hostile_container)}login", timeout=10, allow_redirects=False,
+    session.get(f"{base(hostile_container)}login", timeout=HTTP_TIMEOUT_S)
+    login = session.post(f"{base(hostile_container)}login", timeout=HTTP_TIMEOUT_S, allow_redirects=False,
                          data={"password": KNOWN_PASSWORD, "_xsrf": session.cookies.get("_xsrf", "")})
     assert login.status_code != 302
-    assert session.get(f"{base(hostile_container)}api/contents", timeout=10).status_code == 403
+    assert session.get(f"{base(hostile_container)}api/contents", timeout=HTTP_TIMEOUT_S).status_code == 403
 
 
 def test_the_effective_settings_are_the_images(hostile_container):
@@ -107,7 +107,7 @@ def test_the_effective_settings_are_the_images(hostile_container):
     (server,) = [json.loads(line) for line in servers.stdout.splitlines() if line.strip()]
     assert (server["root_dir"], server["base_url"], server["port"], server["token"]) == \
         ("/workspace", "/", 8888, TOKEN), server
-    listing = requests.get(f"{base(hostile_container)}api/contents", params={"token": TOKEN}, timeout=10).json()
+    listing = requests.get(f"{base(hostile_container)}api/contents", params={"token": TOKEN}, timeout=HTTP_TIMEOUT_S).json()
     names = {item["name"] for item in listing["content"]}
     assert "only-in-the-workspace.txt" in names and "etc" not in names, names
 

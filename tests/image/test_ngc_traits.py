@@ -20,6 +20,7 @@ import paramiko
 import pytest
 import requests
 
+from tests.support import HTTP_TIMEOUT_S
 from tests.support.containers import docker, run_container_to_completion, running_container
 from tests.support.notebook_kernel import run_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
@@ -96,8 +97,8 @@ def test_notebooks_get_ld_library_path_and_path_unchanged(ngc_container, image_e
 
 def test_ngcs_jupyter_config_does_not_open_the_server(ngc_container):
     url = f"http://127.0.0.1:{ngc_container.published_port(8888)}/api/contents"
-    assert requests.get(url, timeout=10).status_code == 403
-    listing = requests.get(url, params={"token": TOKEN}, timeout=10).json()
+    assert requests.get(url, timeout=HTTP_TIMEOUT_S).status_code == 403
+    listing = requests.get(url, params={"token": TOKEN}, timeout=HTTP_TIMEOUT_S).json()
     assert "etc" not in {item["name"] for item in listing["content"]}, "the root is / instead of /workspace"
 
 

@@ -18,7 +18,7 @@ import uuid
 import pytest
 import requests
 
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.compose import CPU_FILES, compose, service_container
 from tests.support.containers import LIVE_CONTAINERS, docker, free_port
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
@@ -95,7 +95,7 @@ def test_quick_start_connecting_and_docker_stop_as_the_readme_says(checkout, ima
     # Jupyter made a token of its own; nothing in the environment is a comment from .env.example.
     token = re.search(r"/\?token=([0-9a-f]{48})", container.logs()).group(1)
     assert requests.get(f"http://127.0.0.1:{jupyter_port}/api/contents", params={"token": token},
-                        timeout=10).status_code == 200
+                        timeout=HTTP_TIMEOUT_S).status_code == 200
     environment = docker("inspect", "--format", "{{json .Config.Env}}", container.name).stdout
     assert "=#" not in environment and "= #" not in environment, environment
 

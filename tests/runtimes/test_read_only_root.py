@@ -9,6 +9,7 @@ import re
 
 import requests
 
+from tests.support import HTTP_TIMEOUT_S
 from tests.support.runtime_rules import TOKEN, TRAIN, checkpoints
 from tests.support.containers import run_container_to_completion
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
@@ -51,8 +52,8 @@ def test_docker_read_only_root_with_the_named_tmpfs_serves_jupyter_and_ssh(conta
     container.wait_until_healthy()
     assert "WARNING" not in container.logs() and "Read-only" not in container.logs(), container.logs()
     url = f"http://127.0.0.1:{container.published_port(8888)}/api/status"
-    assert requests.get(url, timeout=10).status_code == 403
-    assert requests.get(url, params={"token": TOKEN}, timeout=10).status_code == 200
+    assert requests.get(url, timeout=HTTP_TIMEOUT_S).status_code == 403
+    assert requests.get(url, params={"token": TOKEN}, timeout=HTTP_TIMEOUT_S).status_code == 200
     with ssh_session(container.published_port(2222), key=key) as client:
         status, out, _ = run(client, "id -un; test -w \"$HOME\" && echo writable-home")
     assert (status, out.split()) == (0, ["dev", "writable-home"])

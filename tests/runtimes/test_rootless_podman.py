@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tests.support.runtime_rules import SSH_OFF_LINE, TOKEN, TRAIN, checkpoints
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.containers import free_port
 from tests.support.podman import RootlessPodman, load_image, reset, rootless_podman
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
@@ -63,8 +63,8 @@ def wait_for_jupyter(port: int, failure: str | Callable[[], str]) -> None:
 
 def check_jupyter_wants_its_token(port: int) -> None:
     url = f"http://127.0.0.1:{port}/api/status"
-    assert requests.get(url, timeout=10).status_code == 403
-    assert requests.get(url, params={"token": TOKEN}, timeout=10).status_code == 200
+    assert requests.get(url, timeout=HTTP_TIMEOUT_S).status_code == 403
+    assert requests.get(url, params={"token": TOKEN}, timeout=HTTP_TIMEOUT_S).status_code == 200
 
 
 def test_rootless_podman_services_jupyter_ssh_and_podman_stop_saving_a_tmux_trainer(podman, podman_image):

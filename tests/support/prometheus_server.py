@@ -16,7 +16,7 @@ import uuid
 import requests
 import yaml
 
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.containers import LIVE_CONTAINERS, Container, docker
 from tests.support.waiting import wait_until
 
@@ -67,7 +67,7 @@ class PrometheusServer:
 
     def api(self, path: str, **params: str) -> object:
         """GET /api/v1/PATH; returns its data, failing the test with Prometheus's error when it has one."""
-        response = requests.get(f"{self.url}/api/v1/{path}", params=params, timeout=10)
+        response = requests.get(f"{self.url}/api/v1/{path}", params=params, timeout=HTTP_TIMEOUT_S)
         body = response.json()
         assert body.get("status") == "success", f"{path} {params}: {body.get('errorType')}: {body.get('error')}"
         return body["data"]

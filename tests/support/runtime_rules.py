@@ -13,6 +13,7 @@ import subprocess
 
 import requests
 
+from tests.support import HTTP_TIMEOUT_S
 from tests.support.containers import Container, docker
 from tests.support.training import trainer_command
 
@@ -120,8 +121,8 @@ def check_services_run_as(container: Container, uid: int) -> None:
     runtime starts it as UID."""
     container.wait_until_healthy()
     url = f"http://127.0.0.1:{container.published_port(8888)}/api/status"
-    assert requests.get(url, timeout=10).status_code == 403
-    assert requests.get(url, params={"token": TOKEN}, timeout=10).status_code == 200
+    assert requests.get(url, timeout=HTTP_TIMEOUT_S).status_code == 403
+    assert requests.get(url, params={"token": TOKEN}, timeout=HTTP_TIMEOUT_S).status_code == 200
     warnings = [line for line in container.logs().splitlines() if "WARNING" in line]
     assert len(warnings) == 1 and SSH_OFF_LINE in warnings[0], container.logs()  # HOME, /workspace: no line
     processes = docker("exec", container.name, "ps", "-eo", "uid=,comm=").stdout.splitlines()

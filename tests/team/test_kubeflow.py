@@ -11,7 +11,7 @@ import requests
 import yaml
 
 from tests.deploy.test_kubernetes import validate_core, validate_pod_template
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.containers import run_container_to_completion, running_container
 from tests.support.jupyter_websockets import JupyterAccess, run_in_kernel, run_in_terminal
 
@@ -35,7 +35,7 @@ def test_jupyterlab_answers_under_nb_prefix_and_not_at_the_root(kubeflow_noteboo
     server = access(kubeflow_notebook)
     assert server.get("api/status").status_code == 200
     root = f"http://127.0.0.1:{kubeflow_notebook.published_port(8888)}/api/status"
-    assert requests.get(root, timeout=10).status_code == 404
+    assert requests.get(root, timeout=HTTP_TIMEOUT_S).status_code == 404
 
 
 def test_a_kernel_and_a_terminal_work_through_the_prefix(kubeflow_notebook):
@@ -57,7 +57,7 @@ def test_the_platform_switch_is_logged_as_a_warning(kubeflow_notebook):
 def test_without_a_login_of_its_own_jupyterlab_answers_only_the_platforms_host_names(kubeflow_notebook, host,
                                                                                       status):
     terminals = f"http://127.0.0.1:{kubeflow_notebook.published_port(8888)}{PREFIX}/api/terminals"
-    assert requests.get(terminals, headers={"Host": host}, timeout=10).status_code == status
+    assert requests.get(terminals, headers={"Host": host}, timeout=HTTP_TIMEOUT_S).status_code == status
     assert f"only requests for localhost,{PLATFORM_HOST} and loopback" in kubeflow_notebook.logs()
 
 
