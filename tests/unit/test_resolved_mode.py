@@ -37,6 +37,26 @@ def start_line(settings: dict[str, object]) -> str:
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, timeout=30).stdout.strip()
 
 
+def resolved_auth(environment: dict[str, str]) -> str:
+    script = f"set -euo pipefail; source {MODE_SH}; resolved_auth"
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin", "ENABLE_JUPYTER": "1", **environment}).stdout.strip()
+
+
+@pytest.mark.parametrize(("environment", "auth"), [
+    ({}, "token"),
+    ({"JUPYTER_PASSWORD_HASH": "argon2:x"}, "password"),
+    ({"JUPYTER_AUTH": "platform", "JUPYTER_PLATFORM_AUTH_CHECKED": "1"}, "platform"),
+    # A hook set it after start-up's check: jupyter_server_config.py keeps the token, and so does the line.
+    ({"JUPYTER_AUTH": "platform"}, "token"),
+    ({"JUPYTER_AUTH": "platform", "JUPYTER_PASSWORD_HASH": "argon2:x"}, "password"),
+    ({"JUPYTER_AUTH": "hub"}, "hub"),
+    ({"ENABLE_JUPYTER": "0", "JUPYTER_AUTH": "platform", "JUPYTER_PLATFORM_AUTH_CHECKED": "1"}, "none"),
+])
+def test_the_line_names_the_authentication_jupyter_will_use(environment, auth):
+    assert resolved_auth(environment) == auth
+
+
 def table_values() -> list[tuple[str, str]]:
     """(setting, value) for each value in the last column of the page's table of the modes."""
     rows = re.findall(r"^\| ([^|]+?) \|.*\| ([^|]+) \|$", PAGE.read_text(encoding="utf-8"), re.M)

@@ -13,13 +13,23 @@ root_is_read_only() {
   [[ ,$root_options, == *,ro,* ]]
 }
 
+# Who lets JupyterLab's users in: hub, platform, password or token; none without JupyterLab. The same
+# rule as jupyter_server_config.py's: platform only where start/jupyter.sh checked it, so a hook that
+# sets JUPYTER_AUTH=platform afterwards gets a token, and the line says so.
+resolved_auth() {
+  local auth=${JUPYTER_AUTH:-token}
+  # The mark is start-up's own (entrypoint.sh unsets it first), not a setting: no ${...:-} default.
+  [[ $auth == platform ]] && ! [[ -v JUPYTER_PLATFORM_AUTH_CHECKED && $JUPYTER_PLATFORM_AUTH_CHECKED == 1 ]] &&
+    auth=token
+  if ((!ENABLE_JUPYTER)); then echo none
+  elif [[ $auth == token && -n ${JUPYTER_PASSWORD_HASH:-} ]]; then echo password
+  else echo "$auth"
+  fi
+}
+
 # Sets what the line says that no step set in a variable of its own.
 resolve_what_the_line_says() {
-  # Who lets JupyterLab's users in: hub, platform, password or token; none without JupyterLab.
-  if ((!ENABLE_JUPYTER)); then RESOLVED_AUTH=none
-  elif [[ ${JUPYTER_AUTH:-token} == token && -n ${JUPYTER_PASSWORD_HASH:-} ]]; then RESOLVED_AUTH=password
-  else RESOLVED_AUTH=${JUPYTER_AUTH:-token}
-  fi
+  RESOLVED_AUTH=$(resolved_auth)
   RESOLVED_USER_NAME=$(id -un "$CONTAINER_UID" 2>/dev/null) || RESOLVED_USER_NAME=uid
   if ((EUID == 0)); then STARTED_AS_ROOT=1; else STARTED_AS_ROOT=0; fi
   if [[ $CONTAINER_MODE == command && -t 0 ]]; then AT_A_TERMINAL=1; else AT_A_TERMINAL=0; fi
