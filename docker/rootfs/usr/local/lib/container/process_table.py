@@ -7,7 +7,6 @@ reads a pipe, the outputs of the rest.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from typing import TypeVar
@@ -29,14 +28,14 @@ def read_stat(pid: str) -> tuple[int, str, str, int] | None:
     except OSError:
         return None
     try:
-        line = os.read(descriptor, 4096).decode("utf-8", "replace")
+        line = os.read(descriptor, 4096)
     except OSError:
         return None
     finally:
         os.close(descriptor)
-    end = line.rfind(")")
-    fields = line[end + 2:].split()
-    return int(fields[1]), line[line.find("(") + 1:end], fields[0], int(fields[6])
+    end = line.rfind(b")")
+    fields = line[end + 2:].split(None, 7)  # state, parent, and on to the flags
+    return int(fields[1]), line[line.find(b"(") + 1:end].decode("utf-8", "replace"), fields[0].decode(), int(fields[6])
 
 
 def readlink(path: str) -> str | None:
@@ -82,11 +81,19 @@ class OwnersIds:
             os.setegid(0)
 
 
-def read_as_owners(owners: dict[int, tuple[int, int]], pids: list[int], read: Callable[[int], T]) -> dict[int, T]:
-    """READ(pid) for each of PIDS, under the ids of its owner (OWNERS)."""
+def owner_of(pid: int) -> tuple[int, int]:
+    try:
+        owner = os.stat(f"/proc/{pid}")
+    except OSError:  # gone: whatever is read of it now fails under any ids
+        return 0, 0
+    return owner.st_uid, owner.st_gid
+
+
+def read_as_owners(pids: list[int], read: Callable[[int], T]) -> dict[int, T]:
+    """READ(pid) for each of PIDS, under the ids of its owner."""
     by_owner: dict[tuple[int, int], list[int]] = {}
     for pid in pids:
-        by_owner.setdefault(owners.get(pid, (0, 0)), []).append(pid)
+        by_owner.setdefault(owner_of(pid), []).append(pid)
     found = {}
     for (uid, gid), group in by_owner.items():
         try:
@@ -112,10 +119,11 @@ def read_outputs(pid: int) -> frozenset[str]:
 
 def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_policy.Table:
     """The live processes (a zombie has exited already) with what the stop policy needs of each. With
-    PIPES, the stdin of each top of the user's work, and where one is a pipe, every work's outputs."""
+    PIPES, the stdin of each top of the user's work, and where one is a pipe, every work's outputs.
+    Most processes need only their stat: at 5,000 processes each further read per process is felt in
+    how soon the stop signals (BENCHMARKS.md, "The resident supervisor")."""
     rows: dict[int, tuple[int, str]] = {}
     table: stop_policy.Table = {}
-    owners: dict[int, tuple[int, int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -125,22 +133,22 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
         pid, (parent, name, _, flags) = int(entry), stat
         if flags & KERNEL_THREAD_FLAG:
             table[pid] = stop_policy.Process(pid, parent, name, kernel_thread=True)
-            continue
-        try:
-            owner = os.stat(f"/proc/{entry}")
-        except OSError:
-            continue
-        rows[pid], owners[pid] = (parent, name), (owner.st_uid, owner.st_gid)
-    details = read_as_owners(owners, list(rows), lambda pid: read_program_and_command(pid, rows[pid][1]))
+        else:
+            rows[pid] = (parent, name)
+    worth_reading = [pid for pid, (_, name) in rows.items()
+                     if stop_policy.is_holder_by_name(name) or stop_policy.may_be_python(name)]
+    details = read_as_owners(worth_reading, lambda pid: read_program_and_command(pid, rows[pid][1]))
     for pid, (parent, name) in rows.items():
-        table[pid] = stop_policy.Process(pid, parent, name, *details[pid])
+        table[pid] = stop_policy.Process(pid, parent, name, *details.get(pid, (None, "")))
     if not pipes:
         return table
     work = stop_policy.user_work(table, container)
-    stdin = read_as_owners(owners, stop_policy.tops(table, work), lambda pid: readlink(f"/proc/{pid}/fd/0"))
+    stdin = read_as_owners(stop_policy.tops(table, work), lambda pid: readlink(f"/proc/{pid}/fd/0"))
     outputs: dict[int, frozenset[str]] = {}
     if any(link and link.startswith("pipe:") for link in stdin.values()):
-        outputs = read_as_owners(owners, sorted(work), read_outputs)
+        outputs = read_as_owners(sorted(work), read_outputs)
     for pid in stdin.keys() | outputs.keys():
-        table[pid] = dataclasses.replace(table[pid], stdin=stdin.get(pid), outputs=outputs.get(pid, frozenset()))
+        row = table[pid]  # built again rather than dataclasses.replace(), which costs twice as much
+        table[pid] = stop_policy.Process(pid, row.parent, row.name, row.program, row.command, row.kernel_thread,
+                                         stdin.get(pid), outputs.get(pid, frozenset()))
     return table

@@ -214,9 +214,9 @@ class Stop:
         work = set(plan.work)
         if not work:
             return
+        failed = send(signal.SIGTERM, plan.signal)  # first, then the line that says so
         log(f"stopping: SIGTERM to your work first, waiting up to {self.timeout_s} s for it: "
             f"{describe([*plan.signal, *plan.readers], table)}")
-        failed = send(signal.SIGTERM, plan.signal)
         known, readers, signalled = set(plan.tops), dict(plan.readers), set(plan.signal)
         writers_gone_at: dict[int, float] = {}
         scanned_at, exited_since_scan, pause_s = time.monotonic(), False, FIRST_POLL_S
@@ -235,16 +235,16 @@ class Stop:
                 readers.update(plan.readers)
                 fresh = [pid for pid in plan.signal if pid not in signalled]
                 if fresh:
+                    failed += send(signal.SIGTERM, fresh)
                     log("stopping: SIGTERM to work whose launcher exited or that started since: "
                         f"{describe(fresh, table)}")
-                    failed += send(signal.SIGTERM, fresh)
                     signalled |= set(fresh)
             drained = [pid for pid in stop_policy.readers_to_signal(readers, alive, writers_gone_at, now)
                        if pid not in signalled]
             if drained:
+                failed += send(signal.SIGTERM, drained)
                 log(f"stopping: SIGTERM to readers still running {stop_policy.READER_DRAIN_S:g} s after "
                     f"their input ended: {describe(drained, table)}")
-                failed += send(signal.SIGTERM, drained)
                 signalled |= set(drained)
             work = alive
         if failed:

@@ -1,0 +1,69 @@
+"""process_table.snapshot() on this machine's own /proc, over processes the test starts: what the stop
+policy is given of each (its parent, its name as the kernel keeps it, its executable where the name is a
+holder's, its stdin where it is a top of the work).
+
+    make test-unit PYTEST_ARGS=tests/unit/test_process_table.py
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import process_table
+import stop_policy
+
+# The test is the supervisor; it has no PID namespace of its own, so only its descendants are the container.
+CONTAINER = stop_policy.Container(os.getpid(), own_pid_namespace=False)
+# Sets its own name (as setproctitle does) to NAME, says so, then waits on its stdin.
+RENAMED = "import sys; open('/proc/self/comm', 'w').write(sys.argv[1]); print('ready', flush=True); sys.stdin.read()"
+
+
+def started(*argv: str, stdin=subprocess.PIPE) -> subprocess.Popen:
+    process = subprocess.Popen(list(argv), stdin=stdin, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline() == "ready\n"
+    return process
+
+
+def ended(*processes: subprocess.Popen) -> None:
+    for process in processes:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def test_a_name_with_spaces_and_a_parenthesis_is_read_whole_with_its_parent():
+    child = started(sys.executable, "-c", RENAMED, "x) (y z")
+    try:
+        row = process_table.snapshot(CONTAINER)[child.pid]
+        assert (row.parent, row.name) == (os.getpid(), "x) (y z")
+    finally:
+        ended(child)
+
+
+def test_a_program_named_like_a_holder_is_told_by_its_executable_and_stays_work():
+    child = started(sys.executable, "-c", RENAMED, "bash")
+    try:
+        table = process_table.snapshot(CONTAINER)
+        assert table[child.pid].program.startswith("python")
+        assert child.pid in stop_policy.user_work(table, CONTAINER)
+    finally:
+        ended(child)
+
+
+def test_a_top_reading_a_pipe_from_other_work_is_a_reader_and_an_exited_one_is_not_in_the_table():
+    writer = subprocess.Popen(["sh", "-c", "echo ready; exec tail -f /dev/null"], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline() == "ready\n"
+    reader = subprocess.Popen(["cat"], stdin=writer.stdout, stdout=subprocess.DEVNULL)
+    gone = subprocess.Popen(["true"])
+    gone.wait(timeout=10)
+    try:
+        deadline = time.monotonic() + 10
+        while (table := process_table.snapshot(CONTAINER))[writer.pid].name != "tail":  # sh's exec is done
+            assert time.monotonic() < deadline, table[writer.pid]
+        assert table[reader.pid].stdin.startswith("pipe:[")
+        assert table[reader.pid].stdin in table[writer.pid].outputs
+        assert dict(stop_policy.plan_signals(table, CONTAINER).readers).keys() == {reader.pid}
+        assert gone.pid not in table
+    finally:
+        ended(reader, writer)
