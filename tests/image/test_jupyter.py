@@ -9,6 +9,7 @@ import re
 import pytest
 import requests
 
+from tests.support import HTTP_TIMEOUT_S
 from tests.support.containers import docker, run_container_to_completion, running_container
 
 PUBLISH_JUPYTER = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0"]

@@ -18,6 +18,7 @@ import uuid
 import pytest
 import requests
 
+from tests.support import HTTP_TIMEOUT_S
 from tests.support.containers import docker, run_container_to_completion, running_container
 from tests.support.waiting import wait_until
 

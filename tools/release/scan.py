@@ -26,7 +26,6 @@ import datetime
 import json
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import tomllib
