@@ -39,8 +39,16 @@ handler = get_rendezvous_handler(RendezvousParameters(
     backend="c10d", endpoint=endpoint, run_id="still-needed", min_nodes=2, max_nodes=2,
     is_host=role == "host", join_timeout=60))
 handler.next_rendezvous()
-while role != "host" and not os.path.exists(host_gone):
-    time.sleep(0.1)
+# The host leaves only once the other has its rendezvous too: leaving sooner closes the store under the
+# other's last reads of the join, the same death one step earlier, and a different line.
+joined = host_gone + ".other-joined"
+if role == "host":
+    while not os.path.exists(joined):
+        time.sleep(0.1)
+else:
+    open(joined, "w").close()
+    while not os.path.exists(host_gone):
+        time.sleep(0.1)
 print(f"{role} closed the rendezvous: {handler.shutdown()}", flush=True)
 '''
 
@@ -100,7 +108,7 @@ def test_torchrun_signalled_itself_still_exits_1_when_its_workers_exit_0(torch_h
 def test_the_c10d_rendezvous_still_dies_with_the_host_agents_process(torch_host, scripts):
     result = torch_host.run(f"""
 cd {scripts}
-rm -f host-gone
+rm -f host-gone host-gone.other-joined
 port=$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 timeout {ATTEMPT_TIMEOUT_S} python rendezvous_node.py host 127.0.0.1:$port host-gone > host.log 2>&1 &
 host=$!
