@@ -89,11 +89,14 @@ def owner_of(pid: int) -> tuple[int, int]:
     return owner.st_uid, owner.st_gid
 
 
-def read_as_owners(pids: list[int], read: Callable[[int], T]) -> dict[int, T]:
-    """READ(pid) for each of PIDS, under the ids of its owner."""
+def read_as_owners(pids: list[int], read: Callable[[int], T], owners: dict[int, tuple[int, int]]) -> dict[int, T]:
+    """READ(pid) for each of PIDS, under the ids of its owner. OWNERS keeps the owners found, so that a
+    process read more than once in a snapshot is looked up once."""
     by_owner: dict[tuple[int, int], list[int]] = {}
     for pid in pids:
-        by_owner.setdefault(owner_of(pid), []).append(pid)
+        if pid not in owners:
+            owners[pid] = owner_of(pid)
+        by_owner.setdefault(owners[pid], []).append(pid)
     found = {}
     for (uid, gid), group in by_owner.items():
         try:
@@ -124,6 +127,7 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
     how soon the stop signals (BENCHMARKS.md, "The resident supervisor")."""
     rows: dict[int, tuple[int, str]] = {}
     table: stop_policy.Table = {}
+    owners: dict[int, tuple[int, int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -137,16 +141,17 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
             rows[pid] = (parent, name)
     worth_reading = [pid for pid, (_, name) in rows.items()
                      if stop_policy.is_holder_by_name(name) or stop_policy.may_be_python(name)]
-    details = read_as_owners(worth_reading, lambda pid: read_program_and_command(pid, rows[pid][1]))
+    details = read_as_owners(worth_reading, lambda pid: read_program_and_command(pid, rows[pid][1]),
+                           owners)
     for pid, (parent, name) in rows.items():
         table[pid] = stop_policy.Process(pid, parent, name, *details.get(pid, (None, "")))
     if not pipes:
         return table
     work = stop_policy.user_work(table, container)
-    stdin = read_as_owners(stop_policy.tops(table, work), lambda pid: readlink(f"/proc/{pid}/fd/0"))
+    stdin = read_as_owners(stop_policy.tops(table, work), lambda pid: readlink(f"/proc/{pid}/fd/0"), owners)
     outputs: dict[int, frozenset[str]] = {}
     if any(link and link.startswith("pipe:") for link in stdin.values()):
-        outputs = read_as_owners(sorted(work), read_outputs)
+        outputs = read_as_owners(sorted(work), read_outputs, owners)
     for pid in stdin.keys() | outputs.keys():
         row = table[pid]  # built again rather than dataclasses.replace(), which costs twice as much
         table[pid] = stop_policy.Process(pid, row.parent, row.name, row.program, row.command, row.kernel_thread,
