@@ -20,8 +20,8 @@ CONTAINER = stop_policy.Container(os.getpid(), own_pid_namespace=False)
 RENAMED = "import sys; open('/proc/self/comm', 'w').write(sys.argv[1]); print('ready', flush=True); sys.stdin.read()"
 
 
-def started(*argv: str, stdin=subprocess.PIPE) -> subprocess.Popen:
-    process = subprocess.Popen(list(argv), stdin=stdin, stdout=subprocess.PIPE, text=True)
+def started(*argv: str) -> subprocess.Popen:
+    process = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline() == "ready\n"
     return process
 

@@ -30,17 +30,21 @@ CONTAINERS = [
 ]
 
 
+def in_mode_sh(commands: str, environment: dict[str, str] | None = None) -> str:
+    """What COMMANDS print with start/mode.sh sourced, in ENVIRONMENT (default: this process's)."""
+    script = f"set -euo pipefail; source {MODE_SH}; {commands}"
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, timeout=30,
+                          env=environment).stdout.strip()
+
+
 def start_line(settings: dict[str, object]) -> str:
     assignments = " ".join(f"{name}={value}" for name, value in settings.items())
-    script = (f"set -euo pipefail; source {MODE_SH}; RESOLVED_USER_NAME=dev CONTAINER_UID=1000 CONTAINER_GID=1000 "
-              f"{assignments}; describe_resolved_mode")
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+    return in_mode_sh(f"RESOLVED_USER_NAME=dev CONTAINER_UID=1000 CONTAINER_GID=1000 {assignments}; "
+                      "describe_resolved_mode")
 
 
 def resolved_auth(environment: dict[str, str]) -> str:
-    script = f"set -euo pipefail; source {MODE_SH}; resolved_auth"
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True, timeout=30,
-                          env={"PATH": "/usr/bin:/bin", "ENABLE_JUPYTER": "1", **environment}).stdout.strip()
+    return in_mode_sh("resolved_auth", {"PATH": "/usr/bin:/bin", "ENABLE_JUPYTER": "1", **environment})
 
 
 @pytest.mark.parametrize(("environment", "auth"), [

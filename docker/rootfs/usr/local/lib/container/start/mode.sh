@@ -19,8 +19,9 @@ root_is_read_only() {
 resolved_auth() {
   local auth=${JUPYTER_AUTH:-token}
   # The mark is start-up's own (entrypoint.sh unsets it first), not a setting: no ${...:-} default.
-  [[ $auth == platform ]] && ! [[ -v JUPYTER_PLATFORM_AUTH_CHECKED && $JUPYTER_PLATFORM_AUTH_CHECKED == 1 ]] &&
+  if [[ $auth == platform ]] && ! [[ -v JUPYTER_PLATFORM_AUTH_CHECKED && $JUPYTER_PLATFORM_AUTH_CHECKED == 1 ]]; then
     auth=token
+  fi
   if ((!ENABLE_JUPYTER)); then echo none
   elif [[ $auth == token && -n ${JUPYTER_PASSWORD_HASH:-} ]]; then echo password
   else echo "$auth"
