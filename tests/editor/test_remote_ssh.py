@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import requests
 
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.containers import docker, free_port, running_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.release import environment_without_make
@@ -74,7 +74,7 @@ def test_the_forwards_bring_jupyter_and_tensorboard_here(ssh_client_setup):
     try:
         def answers(port: int, path: str) -> bool:
             try:
-                return requests.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200
+                return requests.get(f"http://127.0.0.1:{port}{path}", timeout=HTTP_TIMEOUT_S).status_code == 200
             except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
                 assert tunnel.poll() is None, tunnel.stderr.read() if tunnel.stderr else "ssh exited"
                 return False

@@ -13,6 +13,7 @@ import subprocess
 import pytest
 import requests
 
+from tests.support import HTTP_TIMEOUT_S
 from tests.support.containers import docker
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 from tests.support.stopping import (GRACE_PERIOD_S, endless_run_command, read_file, saved_checkpoints,
@@ -79,7 +80,7 @@ def test_jupyterlab_shut_down_under_a_trainer_in_tmux_stops_the_container_in_ord
            endless_run_command("lab", 1))
     wait_until_trained(container, "lab")
     reply = requests.post(f"http://127.0.0.1:{container.published_port(8888)}/api/shutdown",
-                          headers={"Authorization": f"token {TOKEN}"}, timeout=30)
+                          headers={"Authorization": f"token {TOKEN}"}, timeout=HTTP_TIMEOUT_S)
     assert reply.ok, reply.text
     wait_until(lambda: not container.state()["Running"], GRACE_PERIOD_S + 30, interval=1,
                failure=lambda: container.logs()[-3000:])

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import requests
 
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.containers import host_has_nvidia_runtime, running_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.waiting import wait_until
@@ -44,7 +44,7 @@ def get_with_token(url: str, timeout: float = 90) -> requests.Response:
 
     def answered() -> requests.Response | None:
         try:
-            response = requests.get(url, headers={"Authorization": f"token {TOKEN}"}, timeout=30)
+            response = requests.get(url, headers={"Authorization": f"token {TOKEN}"}, timeout=HTTP_TIMEOUT_S)
         except requests.ConnectionError as error:
             last[:] = [error]
             return None
@@ -70,12 +70,12 @@ def test_tensorboard_answers_through_jupyter_with_the_token_and_reads_the_worksp
 def test_tensorboard_is_refused_without_the_token(jupyter, path):
     _, url = jupyter
     get_with_token(f"{url}/tensorboard/")  # started, so a refusal is the token's doing
-    response = requests.get(f"{url}{path}", allow_redirects=False, timeout=30)
+    response = requests.get(f"{url}{path}", allow_redirects=False, timeout=HTTP_TIMEOUT_S)
     assert response.status_code in (302, 403), response.status_code
     if response.status_code == 302:
         assert response.headers["Location"].startswith("/login"), response.headers["Location"]
     wrong = requests.get(f"{url}{path}", headers={"Authorization": "token not-the-token"}, allow_redirects=False,
-                         timeout=30)
+                         timeout=HTTP_TIMEOUT_S)
     assert wrong.status_code in (302, 403), wrong.status_code
 
 
@@ -107,7 +107,7 @@ def test_the_gpu_dashboards_answer_behind_the_token_and_nvitop_is_installed(jupy
     assert status.status_code == 200, status.text[:300]
     ngpus = status.json()["ngpus"]
     assert ngpus >= 1 if host_has_nvidia_runtime() else ngpus == 0, status.text
-    refused = requests.get(f"{url}/nvdashboard/accelerators/check", allow_redirects=False, timeout=30)
+    refused = requests.get(f"{url}/nvdashboard/accelerators/check", allow_redirects=False, timeout=HTTP_TIMEOUT_S)
     assert refused.status_code in (302, 403), refused.status_code
     lab = get_with_token(f"{url}/lab")
     assert '"jupyterlab-nvdashboard"' in lab.text and '"@jupyterhub/jupyter-server-proxy"' in lab.text

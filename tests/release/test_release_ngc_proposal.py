@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.local_registry import local_registry
 from tests.support.release import environment_without_make
 
@@ -38,12 +38,12 @@ def dockerfile_at(ngc_tag: str) -> str:
 def upload(address: str, content: bytes) -> str:
     digest = "sha256:" + hashlib.sha256(content).hexdigest()
     start = urllib.request.Request(f"http://{address}/v2/{REPOSITORY}/blobs/uploads/", data=b"", method="POST")
-    with urllib.request.urlopen(start, timeout=30) as response:
+    with urllib.request.urlopen(start, timeout=HTTP_TIMEOUT_S) as response:
         location = response.headers["Location"]
     location = location if location.startswith("http") else f"http://{address}{location}"
     put = urllib.request.Request(f"{location}{'&' if '?' in location else '?'}digest={digest}", data=content,
                                  method="PUT", headers={"Content-Type": "application/octet-stream"})
-    urllib.request.urlopen(put, timeout=30).close()
+    urllib.request.urlopen(put, timeout=HTTP_TIMEOUT_S).close()
     return digest
 
 
@@ -59,7 +59,7 @@ def push_image(address: str, tag: str, torch: str) -> str:
                                        "digest": upload(address, layer), "size": len(layer)}]}).encode()
     put = urllib.request.Request(f"http://{address}/v2/{REPOSITORY}/manifests/{tag}", data=manifest, method="PUT",
                                  headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
-    urllib.request.urlopen(put, timeout=30).close()
+    urllib.request.urlopen(put, timeout=HTTP_TIMEOUT_S).close()
     return "sha256:" + hashlib.sha256(manifest).hexdigest()
 
 

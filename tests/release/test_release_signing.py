@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.containers import docker
 from tests.support.host_tools import skip_where_missing
 from tests.support.local_registry import local_registry, registry_api
@@ -193,7 +193,7 @@ def test_the_zstd_variant_keeps_the_base_layers_and_compresses_ours(release, ima
         assert zstd_layer["mediaType"] == "application/vnd.oci.image.layer.v1.tar+zstd"
         assert zstd_layer["digest"] != gzip_layer["digest"]
         url = f"http://{release.registry}/v2/{release.repository.split('/', 1)[1]}/blobs/{zstd_layer['digest']}"
-        with urllib.request.urlopen(urllib.request.Request(url, headers={"Range": "bytes=0-3"}), timeout=30) as blob:
+        with urllib.request.urlopen(urllib.request.Request(url, headers={"Range": "bytes=0-3"}), timeout=HTTP_TIMEOUT_S) as blob:
             assert blob.read(4) == ZSTD_MAGIC
     for tag in release.tags:
         assert not registry_api(release.registry, f"/v2/{release.repository.split('/', 1)[1]}/manifests/{tag}",

@@ -55,8 +55,8 @@ def logs(podman: RootlessPodman, name: str) -> str:
 def wait_for_jupyter(port: int, failure: str | Callable[[], str]) -> None:
     def answers() -> bool:
         try:
-            return requests.get(f"http://127.0.0.1:{port}/api/status", timeout=5).status_code == 403
-        except requests.ConnectionError:
+            return requests.get(f"http://127.0.0.1:{port}/api/status", timeout=HTTP_TIMEOUT_S).status_code == 403
+        except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             return False
     wait_until(answers, 120, interval=1, failure=failure)
 
@@ -146,7 +146,7 @@ def test_rootless_podman_default_userns_jupyterlab_writes_the_users_folder_and_s
     try:
         wait_for_jupyter(port, lambda: f"JupyterLab did not answer:\n{logs(podman, name)[-3000:]}")
         made = requests.put(f"http://127.0.0.1:{port}/api/contents/made-in-jupyter.txt", params={"token": TOKEN},
-                            json={"type": "file", "format": "text", "content": "mine"}, timeout=30)
+                            json={"type": "file", "format": "text", "content": "mine"}, timeout=HTTP_TIMEOUT_S)
         container_logs = logs(podman, name)
     finally:
         podman.run("rm", "--force", name)

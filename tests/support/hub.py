@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import requests
 
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.compose import compose
 from tests.support.containers import docker, engine_memlock_limit, free_port, host_has_nvidia_runtime
 from tests.support.jupyter_websockets import JupyterAccess
@@ -111,14 +111,14 @@ def running_hub(image: str, folder: pathlib.Path, **settings: str) -> Iterator[H
 
 def hub_answers(hub: Hub) -> bool:
     try:
-        return requests.get(hub.url + "hub/api/", timeout=5).status_code == 200
-    except requests.ConnectionError:
+        return requests.get(hub.url + "hub/api/", timeout=HTTP_TIMEOUT_S).status_code == 200
+    except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
         return False
 
 
 def form_xsrf(session: requests.Session, url: str) -> str:
     """The _xsrf a page's form carries, as a browser would post it back."""
-    page = session.get(url, timeout=30)
+    page = session.get(url, timeout=HTTP_TIMEOUT_S)
     page.raise_for_status()
     match = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
     assert match, f"no _xsrf in the form of {url}"
@@ -129,7 +129,7 @@ def sign_up(hub: Hub, user: str, password: str) -> requests.Response:
     """USER signs up on the hub's sign-up page (the answer holds the page's message)."""
     session = requests.Session()
     xsrf = form_xsrf(session, hub.url + "hub/signup")
-    return session.post(hub.url + "hub/signup", timeout=60, data={
+    return session.post(hub.url + "hub/signup", timeout=HTTP_TIMEOUT_S, data={
         "username": user, "signup_password": password, "signup_password_confirmation": password, "_xsrf": xsrf})
 
 
@@ -138,7 +138,7 @@ def try_log_in(hub: Hub, user: str, password: str, then: str = "") -> tuple[requ
     user's server)."""
     session = requests.Session()
     xsrf = form_xsrf(session, hub.url + "hub/login")
-    response = session.post(hub.url + "hub/login" + (f"?next={then}" if then else ""), timeout=60,
+    response = session.post(hub.url + "hub/login" + (f"?next={then}" if then else ""), timeout=HTTP_TIMEOUT_S,
                             data={"username": user, "password": password, "_xsrf": xsrf})
     return session, response
 
@@ -159,7 +159,7 @@ def log_in(hub: Hub, user: str, password: str | None = None) -> requests.Session
 def admin_action(hub: Hub, admin: requests.Session, action: str, user: str) -> requests.Response:
     """The admin presses a button of /hub/authorize (ACTION: authorize or discard) for USER."""
     xsrf = form_xsrf(admin, hub.url + "hub/authorize")
-    return admin.post(hub.url + f"hub/{action}/{user}", data={"_xsrf": xsrf}, timeout=60)
+    return admin.post(hub.url + f"hub/{action}/{user}", data={"_xsrf": xsrf}, timeout=HTTP_TIMEOUT_S)
 
 
 def add_user(hub: Hub, user: str, admin: requests.Session | None = None) -> None:
@@ -177,7 +177,7 @@ def open_jupyterlab(hub: Hub, user: str, session: requests.Session, poll_s: floa
     lab = hub.url + f"user/{user}/lab"
 
     def lab_page() -> bool:
-        response = session.get(lab, timeout=60)
+        response = session.get(lab, timeout=HTTP_TIMEOUT_S)
         return response.status_code == 200 and response.url.startswith(lab) and "JupyterLab" in response.text
     wait_until(lab_page, SPAWN_TIMEOUT_S, interval=poll_s, failure=hub.logs)
     return JupyterAccess(hub.url + f"user/{user}/", session=session)

@@ -14,6 +14,8 @@ import uuid
 import requests
 import websocket
 
+from tests.support import HTTP_TIMEOUT_S
+
 TIMEOUT_S = 120
 
 
@@ -39,7 +41,7 @@ class JupyterAccess:
 
     def request(self, method: str, path: str, **kwargs) -> requests.Response:
         # verify per request: a session's own is overridden by REQUESTS_CA_BUNDLE from the environment.
-        return self.session.request(method, self.base_url + path, headers=self.headers(), timeout=60,
+        return self.session.request(method, self.base_url + path, headers=self.headers(), timeout=HTTP_TIMEOUT_S,
                                     verify=self.ca_bundle or True, **kwargs)
 
     def post(self, path: str, **kwargs) -> requests.Response:

@@ -14,6 +14,7 @@ import subprocess
 import urllib.request
 from collections.abc import Iterator
 
+from tests.support import HTTP_TIMEOUT_S
 from tests.support.containers import free_port
 from tests.support.host_tools import skip_where_missing
 from tests.support.waiting import wait_until
@@ -24,7 +25,7 @@ REGISTRY_BINARY = "/usr/bin/docker-registry"
 def registry_api(address: str, path: str, accept: str = "") -> dict:
     """The JSON answer of the registry at ADDRESS to GET PATH (with an Accept header, for manifests)."""
     request = urllib.request.Request(f"http://{address}{path}", headers={"Accept": accept} if accept else {})
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
         return json.loads(response.read() or b"{}")
 
 

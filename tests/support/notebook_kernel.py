@@ -7,6 +7,8 @@ import shlex
 
 import requests
 
+from tests.support import HTTP_TIMEOUT_S
+
 # Runs in the container: connect to the kernel, wait until it answers, execute, print the reply's content.
 CLIENT = """
 import json, sys
@@ -28,7 +30,7 @@ def run_in_a_notebook_kernel(container, base_url: str, token: str, code: str) ->
     """Starts a python3 kernel through the server at BASE_URL and runs CODE in it; returns the content of
     the execute reply (status "ok", or "error" with ename and evalue)."""
     kernel = requests.post(f"{base_url}/api/kernels", headers={"Authorization": f"token {token}"},
-                           json={"name": "python3"}, timeout=60).json()
+                           json={"name": "python3"}, timeout=HTTP_TIMEOUT_S).json()
     result = container.run(f"python -c {shlex.quote(CLIENT)} kernel-{kernel['id']}.json {shlex.quote(code)}",
                            timeout=120)
     assert result.rc == 0, result.stdout + result.stderr

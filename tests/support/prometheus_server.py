@@ -95,7 +95,7 @@ def start_prometheus(network: str, config_dir: pathlib.Path) -> PrometheusServer
     url = f"http://127.0.0.1:{container.published_port(9090)}"
     def ready() -> bool:
         try:
-            return requests.get(f"{url}/-/ready", timeout=2).status_code == 200
+            return requests.get(f"{url}/-/ready", timeout=HTTP_TIMEOUT_S).status_code == 200
         except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             container.fail_if_exited("before Prometheus was ready")
             return False

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from tests.support import HTTP_TIMEOUT_S
 from tests.support.containers import docker
 from tests.support.hub import (ADMIN, HUB_IMAGE, Hub, add_user, admin_action, form_xsrf, log_in, logged_in,
                                running_hub, sign_up, try_log_in)
@@ -36,7 +37,7 @@ def admin(hub) -> requests.Session:
 
 
 def test_the_admin_logs_in_with_the_password_of_its_file_and_nobody_else_does(hub, admin):
-    home = admin.get(hub.url + "hub/authorize", timeout=30)
+    home = admin.get(hub.url + "hub/authorize", timeout=HTTP_TIMEOUT_S)
     assert home.status_code == 200 and "Authorization area" in home.text
     _, wrong = try_log_in(hub, ADMIN, "not-the-password-at-all")
     assert not logged_in(wrong) and "Invalid username or password" in wrong.text, wrong.status_code
@@ -49,7 +50,7 @@ def test_a_sign_up_under_an_admins_name_is_refused_in_any_case(hub, name):
     assert signed_up.status_code == REFUSED and "is an admin" in signed_up.text, signed_up.text[-1500:]
     assert not logged_in(try_log_in(hub, name, password)[1])
     # No admin token for whoever tried either.
-    token = requests.post(hub.url + f"hub/api/users/{ADMIN}/tokens", timeout=30,
+    token = requests.post(hub.url + f"hub/api/users/{ADMIN}/tokens", timeout=HTTP_TIMEOUT_S,
                           json={"auth": {"username": name, "password": password}})
     assert token.status_code in (401, 403), token.text
 
@@ -94,12 +95,12 @@ def test_authorize_and_discard_change_nothing_on_a_get(hub, admin):
     assert sign_up(hub, "eve", hub.passwords["eve"]).ok
     # What a link on another site makes a logged-in admin's browser do.
     for page in ("authorize/eve", "discard/eve"):
-        clicked = admin.get(hub.url + "hub/" + page, timeout=30)
+        clicked = admin.get(hub.url + "hub/" + page, timeout=HTTP_TIMEOUT_S)
         assert clicked.status_code == 405, (page, clicked.status_code, clicked.url)
     _, refused = try_log_in(hub, "eve", hub.passwords["eve"])
     assert "has not been authorized" in refused.text, refused.text[-1500:]  # not authorized, not discarded
     # A POST without the page's XSRF token (a form on another site) is refused too.
-    forged = admin.post(hub.url + "hub/authorize/eve", timeout=30)
+    forged = admin.post(hub.url + "hub/authorize/eve", timeout=HTTP_TIMEOUT_S)
     assert forged.status_code == 403, forged.status_code
     assert not logged_in(try_log_in(hub, "eve", hub.passwords["eve"])[1])
     # The admin's own button works.
@@ -111,8 +112,8 @@ def test_the_hubs_cookies_stay_on_its_own_site(hub, admin):
     # A user of its own: the tests above tried wrong passwords for the admin's name, which lock it.
     add_user(hub, "frank", admin)
     session = requests.Session()
-    page = session.get(hub.url + "hub/login", timeout=30)
-    login = session.post(hub.url + "hub/login", timeout=60, data={
+    page = session.get(hub.url + "hub/login", timeout=HTTP_TIMEOUT_S)
+    login = session.post(hub.url + "hub/login", timeout=HTTP_TIMEOUT_S, data={
         "username": "frank", "password": hub.passwords["frank"], "_xsrf": form_xsrf(session, hub.url + "hub/login")})
     cookies = [cookie for response in (page, *login.history, login)
                for cookie in response.raw.headers.getlist("Set-Cookie")]

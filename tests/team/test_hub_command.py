@@ -10,6 +10,7 @@ from __future__ import annotations
 import requests
 
 from tests.support.waiting import wait_until
+from tests.support import HTTP_TIMEOUT_S
 
 PREFIX = "/user/alice/"
 # What a spawner hands its container. The hub's API is a stub in the container (HUB_API_STUB): the
@@ -51,8 +52,8 @@ def test_a_hub_naming_jupyterhub_singleuser_as_its_command_gets_the_hub_server(c
         try:
             # Any answer of the server's own under the hub's prefix (a redirect to the hub's login
             # included); a server at "/" answers 404.
-            return requests.get(api, timeout=5, allow_redirects=False).status_code in (200, 302, 401, 403)
-        except requests.ConnectionError:
+            return requests.get(api, timeout=HTTP_TIMEOUT_S, allow_redirects=False).status_code in (200, 302, 401, 403)
+        except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             return False
     wait_until(answers, 120, interval=1, failure=lambda: container.logs()[-3000:])
     logs = container.logs()

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from tests.support import HTTP_TIMEOUT_S
 from tests.support.containers import docker
 from tests.support.hub import USERS, Hub, JupyterAccess, add_user, log_in, open_jupyterlab, running_hub
 from tests.support.jupyter_websockets import run_in_kernel, run_in_terminal
@@ -77,14 +78,14 @@ def test_one_users_cookie_or_token_cannot_reach_the_other_users_server(hub, serv
     alice = servers["alice"]
     own = alice.get("api/contents")
     assert own.status_code == 200 and own.json()["type"] == "directory"
-    bobs = alice.session.get(hub.url + "user/bob/api/contents", timeout=60)
+    bobs = alice.session.get(hub.url + "user/bob/api/contents", timeout=HTTP_TIMEOUT_S)
     assert bobs.status_code in (403, 404) or "application/json" not in bobs.headers.get("Content-Type", ""), bobs.text
     assert '"type": "directory"' not in bobs.text and '"content"' not in bobs.text
     # The token the hub gave alice's server works on alice's server only.
     env = docker("exec", hub.container_of("alice"), "printenv", "JUPYTERHUB_API_TOKEN").stdout.strip()
     headers = {"Authorization": f"token {env}"}
-    assert requests.get(hub.url + "user/alice/api/contents", headers=headers, timeout=60).status_code == 200
-    assert requests.get(hub.url + "user/bob/api/contents", headers=headers, timeout=60).status_code == 403
+    assert requests.get(hub.url + "user/alice/api/contents", headers=headers, timeout=HTTP_TIMEOUT_S).status_code == 200
+    assert requests.get(hub.url + "user/bob/api/contents", headers=headers, timeout=HTTP_TIMEOUT_S).status_code == 403
 
 
 def test_one_users_container_cannot_reach_the_other_users_ports(hub, servers):
@@ -109,7 +110,7 @@ def test_stopping_a_server_from_the_hub_saves_a_trainer_started_in_its_terminal(
                               check=False).returncode == 0, 240, interval=1, failure="the trainer never trained")
 
     hub_session = alice.session
-    stopped = hub_session.delete(hub.url + "hub/api/users/alice/server", timeout=120, headers={
+    stopped = hub_session.delete(hub.url + "hub/api/users/alice/server", timeout=HTTP_TIMEOUT_S, headers={
         "X-XSRFToken": hub_session.cookies.get("_xsrf", path="/hub/"), "Referer": hub.url + "hub/home"})
     assert stopped.status_code in (202, 204), stopped.text
     wait_until(lambda: docker("container", "inspect", container, check=False).returncode != 0, 90, interval=1,

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests.support import REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.containers import free_port, running_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.jupyter_websockets import JupyterAccess, run_in_kernel, run_in_terminal
@@ -83,9 +83,9 @@ def nginx(jupyter_under_a_prefix) -> Iterator[tuple[str, str]]:
         if server.poll() is not None:
             raise AssertionError(f"nginx exited: {server.stdout.read()}")
         try:
-            requests.get(base + "api/status", verify=cert, timeout=5)
+            requests.get(base + "api/status", verify=cert, timeout=HTTP_TIMEOUT_S)
             return True  # nginx answers; what JupyterLab said through it is for the tests to judge
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             return False
     try:
         wait_until(answers, 30, failure="nginx did not answer")
@@ -107,7 +107,7 @@ def test_the_printed_url_opens_jupyterlab_through_the_proxy(jupyter_under_a_pref
     base, cert = nginx
     path = printed_token_path(jupyter_under_a_prefix)
     assert path.startswith(PREFIX)
-    page = requests.get(base.removesuffix(PREFIX) + path, verify=cert, timeout=60)
+    page = requests.get(base.removesuffix(PREFIX) + path, verify=cert, timeout=HTTP_TIMEOUT_S)
     assert page.status_code == 200 and page.url.startswith(base + "lab"), page.url
     assert "JupyterLab" in page.text
 
@@ -123,13 +123,18 @@ def test_a_kernel_and_a_terminal_work_over_websockets_through_the_proxy(jupyter_
 def test_tensorboard_is_served_under_the_prefix_only_with_authentication(jupyter_under_a_prefix, nginx):
     base, cert = nginx
     token = printed_token_path(jupyter_under_a_prefix).rsplit("=", 1)[1]
-    anonymous = requests.get(base + "tensorboard/", verify=cert, timeout=60, allow_redirects=False)
+    anonymous = requests.get(base + "tensorboard/", verify=cert, timeout=HTTP_TIMEOUT_S, allow_redirects=False)
     assert anonymous.status_code in (302, 403), anonymous.status_code
     if anonymous.status_code == 302:
         assert f"{PREFIX}login" in anonymous.headers["Location"]
-    page = wait_until(lambda: (response := requests.get(base + "tensorboard/", params={"token": token}, verify=cert,
-                                                        timeout=150)).status_code == 200 and response,
-                      180, interval=2, failure="TensorBoard did not answer under the prefix")
+    def tensorboard_page() -> requests.Response | None:
+        try:  # TensorBoard starts on the first request: its first answers may be slow
+            response = requests.get(base + "tensorboard/", params={"token": token}, verify=cert,
+                                    timeout=HTTP_TIMEOUT_S)
+        except requests.Timeout:
+            return None
+        return response if response.status_code == 200 else None
+    page = wait_until(tensorboard_page, 300, interval=2, failure="TensorBoard did not answer under the prefix")
     assert "tensorboard" in page.text.lower()
 
 
