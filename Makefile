@@ -23,8 +23,20 @@ WHEELHOUSE ?=
 CA_BUNDLE ?=
 PIP_INDEX_URL ?= https://pypi.org/simple
 PYTEST_ARGS ?=
-# Test files run in parallel, one pytest worker each (most tests wait on containers, not on the CPU).
-TEST_WORKERS ?= 3
+# Test files run in parallel, one pytest worker per core: more workers only slow each other's training.
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+# Which tests `make test` runs (tests/support/tiers.py, docs/testing.md): landing (every path users
+# walk; the default), full (every test; `make test-all`), or flavor (what the GPU flavor's base changes).
+# ROTATION=K/N adds share K of N of the tests the tier leaves out (.ci/run takes K from the commit).
+TIER ?= landing
+ROTATION ?=
+# JUNIT_DIR=DIR writes each pass's JUnit XML to DIR/FLAVOR.xml (.ci/run, .ci/suite_times.py).
+JUNIT_DIR ?=
+# Flavors `make test-all` tests: the CPU flavor with every suite, the GPU flavor with the image's suites.
+FLAVORS ?= cpu gpu
+# Rootless Podman's start-up is the same on either flavor, and loading a second 1.7 GB image into its
+# store costs minutes: the GPU flavor's passes leave that file to the CPU flavor's.
+GPU_PASS_SKIPS := --ignore=tests/runtimes/test_rootless_podman.py
 # Test suites, one folder each (docs/contributing.md says which test goes where). tests/image is what
 # every flavor and every pulled release must pass, with tests/runtimes (the image under other runtimes'
 # rules); tests/unit needs neither Docker nor an image.
@@ -50,7 +62,7 @@ TORCH_OF_FLAVORS = torch: CPU flavor $(TORCH_VERSION), GPU flavor $(NGC_TORCH_VE
 .PHONY: help
 help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS HUB_IMAGE"
+	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE"
 	@echo "Versions (Dockerfile defaults): NGC_TAG=$(NGC_TAG) TORCH_VERSION=$(TORCH_VERSION) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE)"
 	@echo "$(TORCH_OF_FLAVORS)"
 
@@ -171,17 +183,26 @@ ssh-config: ## Print a Host block for ~/.ssh/config (make ssh-config >> ~/.ssh/c
 	  "  ServerAliveInterval 60"
 
 # CA_BUNDLE reaches the tests that build an image of their own (the hub of tests/team).
-RUN_TESTS = IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) CA_BUNDLE=$(CA_BUNDLE) \
-  $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=20
-# PYTEST_ARGS that name tests replace the default suites (make test PYTEST_ARGS=tests/image/test_ssh.py).
+# PYTEST_ARGS that name tests replace the default suites and the tier: the named tests run, whatever
+# their tier (make test PYTEST_ARGS=tests/image/test_ssh.py).
 suites_unless_named = $(if $(filter tests/%,$(PYTEST_ARGS)),,$(1))
+RUN_TESTS = IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) CA_BUNDLE=$(CA_BUNDLE) \
+  $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=20 \
+  $(call suites_unless_named,--tier=$(TIER) $(if $(ROTATION),--rotation=$(ROTATION))) \
+  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(FLAVOR).xml)
 
 .PHONY: test
-test: test-unit build ## Unit tests, then build the image and run every suite against it (GPU tests skip without a GPU)
+test: test-unit build ## The landing tier: unit tests, then build the image and run TIER's tests of every suite
 	$(RUN_TESTS) $(call suites_unless_named,$(IMAGE_SUITES)) $(PYTEST_ARGS)
 
+.PHONY: test-all
+test-all: ## The full tier: every test, on each of FLAVORS (cpu: every suite; gpu: the image's suites)
+	$(if $(filter cpu,$(FLAVORS)),$(MAKE) test FLAVOR=cpu TIER=full)
+	$(if $(filter gpu,$(FLAVORS)),$(MAKE) test-image FLAVOR=gpu TIER=full \
+	  PYTEST_ARGS="$(PYTEST_ARGS) $(GPU_PASS_SKIPS)")
+
 .PHONY: test-image
-test-image: build $(TEST_VENV) ## Build the image, then run only the tests of the image itself (tests/image, tests/runtimes)
+test-image: build $(TEST_VENV) ## Build the image, then run the tier's tests of the image itself (tests/image, tests/runtimes)
 	$(RUN_TESTS) $(call suites_unless_named,$(IMAGE_SUITE)) $(PYTEST_ARGS)
 
 .PHONY: test-pulled

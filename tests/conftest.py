@@ -17,12 +17,47 @@ import testinfra
 
 from tests.support import REPO_ROOT
 from tests.support.containers import LIVE_CONTAINERS, Container, docker, running_container, start_container
+from tests.support.tiers import FILE_TIERS, TIERS, parse_rotation, selected
 
 IN_IMAGE_SCRIPTS_DIR = "/opt/scripts"
 
 
 def torch_tests_run_on_host() -> bool:
     return os.environ.get("TORCH_TESTS_ON_HOST") == "1"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--tier", choices=TIERS, default="full",
+                     help="landing: what `make test` runs; full: every test; flavor: the landing tests of "
+                          "what the GPU flavor's base changes (tests/support/tiers.py)")
+    parser.addoption("--rotation", default=None, metavar="K/N",
+                     help="also run share K of N of the tests the tier leaves out (docs/testing.md)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keeps the tests of --tier (and of --rotation's share); a test without a tier is an error."""
+    tier = config.getoption("--tier")
+    rotation_text = config.getoption("--rotation")
+    try:
+        rotation = parse_rotation(rotation_text) if rotation_text else None
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    kept, left_out = [], []
+    for item in items:
+        path = item.path.relative_to(REPO_ROOT).as_posix()
+        if path.startswith("tests/unit/"):
+            kept.append(item)  # the unit tier is whole in every run
+            continue
+        mark = item.get_closest_marker("tier")
+        if mark is None or mark.args[0] not in FILE_TIERS:
+            raise pytest.UsageError(f"{item.nodeid} has no tier: put pytestmark = pytest.mark.tier(\"landing\") "
+                                    f"or (\"full\") at the top of {path} (docs/contributing.md)")
+        wanted = selected(tier, mark.args[0], item.get_closest_marker("flavor_difference") is not None,
+                                path, rotation)
+        (kept if wanted else left_out).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -14,6 +14,8 @@ import pytest
 from tests.support import REPO_ROOT
 from tests.support.host_tools import skip_where_missing
 
+pytestmark = pytest.mark.tier("landing")
+
 TOKEN = "browser-test-token-5e0b7a"
 # Chromium as root in a sandbox-less CI machine, with nothing that calls out to the internet.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

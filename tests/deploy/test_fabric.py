@@ -18,6 +18,8 @@ import pytest
 
 from tests.support import REPO_ROOT
 
+pytestmark = pytest.mark.tier("landing")
+
 OVERRIDES = ["compose.fabric.yaml", "compose.fabric-efa.yaml"]
 
 

@@ -22,6 +22,8 @@ from tests.support import REPO_ROOT
 from tests.support.compose import compose_config
 from tests.deploy.helpers.multinode_compose import COMPOSE_FILE
 
+pytestmark = pytest.mark.tier("landing")
+
 MANIFESTS = REPO_ROOT / "deploy" / "kubernetes"
 DOCUMENTS = kubernetes_documents(REPO_ROOT / "deploy")
 # Every pod under deploy/, by file and name; a document of a kind the walk does not know fails its own test.

@@ -12,6 +12,8 @@ import pytest
 from tests.deploy.helpers.multinode_compose import (ERROR_MARKERS, NODE_SERVICES, TINY_TRAINING, MultinodeJob, cpu_override,
                                      final_checkpoints_match, image_env, steps_of_checkpoints)
 
+pytestmark = pytest.mark.tier("landing")
+
 JOB_TIMEOUT_S = 240
 
 
@@ -58,6 +60,7 @@ def test_two_nodes_of_two_ranks_train_what_one_node_of_four_ranks_trains(new_job
     assert_clean_logs(one_by_four, ("node0",))
 
 
+@pytest.mark.tier("full")
 def test_a_lost_node_that_returns_rejoins_and_the_job_finishes_from_the_shared_checkpoint(new_job, image):
     # Long enough to kill node1, re-form alone, let node1 come back and re-form with it.
     job = new_job(NNODES="1:2", NPROC_PER_NODE="2", MAX_RESTARTS="3", RDZV_LAST_CALL_TIMEOUT="3",
@@ -82,6 +85,7 @@ def test_a_lost_node_that_returns_rejoins_and_the_job_finishes_from_the_shared_c
     assert steps_of_checkpoints(image, job.checkpoint_volume())[-1] == 1000
 
 
+@pytest.mark.tier("full")
 def test_a_lost_node_that_never_returns_ends_the_job_with_a_clear_message_within_the_timeout(new_job):
     join_timeout_s = 20
     job = new_job(NNODES="2", NPROC_PER_NODE="2", MAX_RESTARTS="1", RDZV_JOIN_TIMEOUT=str(join_timeout_s),

@@ -20,6 +20,8 @@ from tests.support.slurm_cluster import SlurmCluster, running_cluster
 from tests.support.training import TINY_MODEL
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("landing")
+
 SBATCH_SCRIPT = REPO_ROOT / "deploy" / "slurm" / "train.sbatch"
 # A venv with the same torch as the image: "bare nodes" with torchrun on their PATH. Kept between runs.
 BARE_VENV = REPO_ROOT / ".build" / "venv-bare-torch"
@@ -62,6 +64,7 @@ def wait_for_text(path: pathlib.Path, text: str, timeout: float) -> None:
                failure=lambda: f"{text!r} not in {path}:\n{path.read_text() if path.exists() else ''}")
 
 
+@pytest.mark.tier("full")
 def test_a_requeued_job_checkpoints_on_sigterm_resumes_and_finishes_cleanly(slurm, bare_node_path, tmp_path):
     job, output = submit(slurm, tmp_path, bare_node_path, [*TRAINING, "--max-steps", "400"])
     wait_for_text(output, "step 10/400", timeout=120)

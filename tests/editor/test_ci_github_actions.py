@@ -12,16 +12,19 @@ Not reproduced: the runner itself, `actions/checkout` (the files are copied), ca
 from __future__ import annotations
 
 import os
-import re
 import pathlib
+import re
 import shlex
 import uuid
 
+import pytest
 import yaml
 
 from tests.editor.helpers.pip_in_containers import pip_trust_options
 from tests.support import REPO_ROOT
 from tests.support.containers import docker
+
+pytestmark = pytest.mark.tier("landing")
 
 GITHUB_WORKFLOW = REPO_ROOT / "examples" / "github-actions" / ".github" / "workflows" / "tests.yml"
 # The uid the checkout belongs to on GitHub's hosted runners (the `runner` user).

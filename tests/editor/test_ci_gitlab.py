@@ -15,11 +15,14 @@ import shlex
 import subprocess
 import uuid
 
+import pytest
 import yaml
 
 from tests.editor.helpers.pip_in_containers import pip_trust_options
 from tests.support import REPO_ROOT
 from tests.support.containers import docker
+
+pytestmark = pytest.mark.tier("full")
 
 GITLAB_PIPELINE = REPO_ROOT / "examples" / "gitlab-ci" / ".gitlab-ci.yml"
 JOB_TIMEOUT_S = 420
@@ -31,6 +34,7 @@ GITLAB_DETECT_SHELL = ("if [ -x /usr/local/bin/bash ]; then exec /usr/local/bin/
 SERVICE_PROCESSES = "ps -eo comm= | grep -E '^(sshd|jupyter)' && exit 9 || true"
 
 
+@pytest.mark.tier("landing")
 def test_the_pipeline_pins_an_immutable_tag_or_a_digest():
     image = yaml.safe_load(GITLAB_PIPELINE.read_text())["test"]["image"]
     # The immutable tags of `make tags` end in -g<sha7>; a digest pins even more.

@@ -19,6 +19,8 @@ import pytest
 from tests.support import REPO_ROOT
 from tests.support.containers import docker, run_container_to_completion
 
+pytestmark = pytest.mark.tier("landing")
+
 EXAMPLE = REPO_ROOT / "examples" / "derived-image"
 HOOK = "/etc/container/start.d/50-team-data.sh"
 # The image tests of start-up and contents, less the one that wants start.d empty: the derived image's
@@ -54,6 +56,7 @@ def test_its_hook_runs_at_start_and_exports_for_the_command(derived_image):
     assert f"running start-up hook {HOOK}" in result.stderr
 
 
+@pytest.mark.tier("full")
 def test_the_image_tests_pass_on_it(derived_image):
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--numprocesses=2",

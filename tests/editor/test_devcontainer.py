@@ -24,6 +24,8 @@ from tests.support.release import environment_without_make
 from tests.support.training import TINY_MODEL, trainer_command
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("landing")
+
 CLI = REPO_ROOT / ".build" / "tools" / "devcontainer" / "node_modules" / ".bin" / "devcontainer"
 CPU_CONFIG = ".devcontainer/cpu/devcontainer.json"
 GPU_CONFIG = ".devcontainer/gpu/devcontainer.json"

@@ -22,6 +22,8 @@ from tests.support.host_tools import skip_where_missing
 from tests.support.release import environment_without_make
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("landing")
+
 ALIAS = "pytorch-dev-test"
 TOKEN = "remote-ssh-test-token-5be1c0"
 SSH_TIMEOUT_S = 60
@@ -116,6 +118,7 @@ def test_sftp_copies_a_folder_each_way(ssh_client_setup, tmp_path):
     assert tree_here(tmp_path / "down") == files
 
 
+@pytest.mark.tier("full")
 def test_rsync_copies_a_folder_each_way(ssh_client_setup, image, tmp_path):
     container, config, _ = ssh_client_setup
     files = write_tree(tmp_path / "up")

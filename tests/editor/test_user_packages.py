@@ -18,6 +18,8 @@ from tests.editor.helpers.pip_in_containers import pip_trust_options
 from tests.support.containers import docker
 from tests.support.notebook_kernel import run_in_a_notebook_kernel
 
+pytestmark = pytest.mark.tier("landing")
+
 PACKAGE, PINNED_VERSION = "tabulate", "0.8.10"
 NOTEBOOK_PACKAGE = "xmltodict"  # what a notebook adds with %pip
 TOKEN = "user-packages-test-token-5e4d3c2b"
@@ -91,6 +93,7 @@ def jupyter_container(containers, *options: str):
     return container, f"http://127.0.0.1:{container.published_port(8888)}"
 
 
+@pytest.mark.tier("full")
 def test_a_notebook_kernel_runs_in_the_users_environment_as_a_terminal_does(cache_volume, containers):
     container, base_url = jupyter_container(containers, "--volume", f"{cache_volume}:{CACHE_MOUNT}",
                                             *pip_trust_options())
@@ -124,6 +127,7 @@ HANG_AT_START = ("echo 'import time; time.sleep(3600)' "
 
 
 @pytest.mark.parametrize("cause", ["unwritable cache", "ipykernel broken in the environment", "a .pth that hangs"])
+@pytest.mark.tier("full")
 def test_a_notebook_kernel_falls_back_to_the_images_python_and_the_log_says_why(cache_volume, containers, cause):
     if cause == "unwritable cache":
         container, base_url = jupyter_container(containers, "--tmpfs", f"{CACHE_MOUNT}:ro")
@@ -150,6 +154,7 @@ OWN_TORCH = ("site=$(python -c 'import sysconfig; print(sysconfig.get_path(\"pur
              "printf 'Metadata-Version: 2.1\\nName: torch\\nVersion: 2.5.0\\n' > \"$site/torch-2.5.0.dist-info/METADATA\"")
 
 
+@pytest.mark.tier("full")
 def test_a_torch_installed_past_the_pin_is_warned_about_in_every_new_shell(cache_volume, containers):
     container = containers(options=["--volume", f"{cache_volume}:{CACHE_MOUNT}", "--env", "ENABLE_JUPYTER=0"])
     planted = login_shell(container, OWN_TORCH)

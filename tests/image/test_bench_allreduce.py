@@ -11,6 +11,8 @@ import uuid
 import pytest
 import testinfra
 
+pytestmark = pytest.mark.tier("full")
+
 BENCH_TIMEOUT_S = 180
 ROW_COLUMNS = ["size", "count", "type", "redop", "time", "algbw", "busbw", "wrong"]
 
@@ -92,6 +94,7 @@ def test_nccl_without_gpu_is_one_clear_line(torch_host: testinfra.host.Host, scr
 
 
 @pytest.mark.gpu
+@pytest.mark.tier("landing")
 def test_nccl_on_every_gpu(torch_host: testinfra.host.Host, scripts_dir: str, cuda_devices: int) -> None:
     stdout, report = run_bench(torch_host, scripts_dir, cuda_devices, "--min-bytes 1M --max-bytes 64M --factor 4")
     assert report["backend"] == "nccl" and report["world_size"] == cuda_devices and report["correct"] is True

@@ -16,6 +16,8 @@ from tests.support.compose import CPU_FILES, compose, compose_config, service_co
 from tests.support.containers import LIVE_CONTAINERS, docker, free_port
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 
+pytestmark = pytest.mark.tier("landing")
+
 
 def test_the_gpu_service_reserves_every_gpu_and_sets_the_limits_training_needs():
     service = compose_config(["compose.yaml"])["services"]["dev"]
@@ -75,6 +77,7 @@ def compose_project(image: str, tmp_path):
     compose("down", "--volumes", "--timeout", "30", files=CPU_FILES, env=env)
 
 
+@pytest.mark.tier("full")
 def test_compose_up_on_a_cpu_host_gives_jupyter_and_ssh(compose_project):
     env, key = compose_project
     compose("up", "--detach", "--no-build", "--wait", files=CPU_FILES, env=env)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 import pytest
 import testinfra
 
+pytestmark = pytest.mark.tier("full")
+
 DOCTOR_TIMEOUT_S = 120
 ALL_CHECKS = ["platform", "torch", "gpus", "driver", "arch", "nccl", "allreduce", "network", "topology", "shm",
               "memlock", "stack", "infiniband", "nccl-env", "port"]
@@ -44,6 +46,7 @@ def full_report(doctor: Doctor):
     return doctor("--json")
 
 
+@pytest.mark.tier("landing")
 def test_json_reports_every_check_with_a_fix_for_each_problem(full_report) -> None:
     report = json.loads(full_report.stdout)
     assert [check["name"] for check in report["checks"]] == ALL_CHECKS
@@ -98,6 +101,7 @@ def test_require_gpu_turns_no_gpu_into_a_failure(doctor: Doctor, without_gpu: No
     assert gpus["status"] == "fail" and gpus["finding"].startswith("no GPU visible")
 
 
+@pytest.mark.tier("landing")
 def test_allreduce_runs_on_two_cpu_ranks_without_gpu(full_report, without_gpu: None) -> None:
     allreduce = checks_of(full_report)["allreduce"]
     assert allreduce["status"] == "pass", allreduce
@@ -205,6 +209,7 @@ def test_a_closed_pipe_ends_quietly(torch_host: testinfra.host.Host, scripts_dir
 
 
 @pytest.mark.gpu
+@pytest.mark.tier("landing")
 def test_gpu_checks_pass_on_a_gpu_host(full_report, cuda_devices: int) -> None:
     checks = checks_of(full_report)
     assert checks["gpus"]["status"] == "pass" and checks["gpus"]["data"]["count"] == cuda_devices

@@ -11,6 +11,8 @@ import pytest
 from tests.support.containers import docker, run_container_to_completion
 from tests.support.ssh_client import generate_key, public_line
 
+pytestmark = pytest.mark.tier("full")
+
 
 def error_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if "ERROR" in line]
@@ -20,6 +22,7 @@ def warning_lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if "WARNING" in line]
 
 
+@pytest.mark.tier("landing")
 def test_a_default_start_is_healthy_and_logs_no_warning_or_error(containers):
     container = containers(options=["--env", f"SSH_AUTHORIZED_KEYS={public_line(generate_key())}"])
     container.wait_until_healthy()
@@ -39,6 +42,7 @@ def test_the_start_line_says_a_command_under_another_uid_on_a_read_only_root(con
             "own pid namespace; read-only root") in container.logs().splitlines(), container.logs()
 
 
+@pytest.mark.tier("landing")
 def test_a_file_made_in_the_workspace_belongs_to_puid_pgid(containers, tmp_path):
     workspace = tmp_path / "workspace"
     workspace.mkdir()
@@ -100,6 +104,7 @@ def test_an_id_of_the_images_own_accounts_is_accepted_with_a_warning(image, vari
     assert len(warnings) == 1 and owner in warnings[0], result.stderr
 
 
+@pytest.mark.tier("landing")
 def test_a_command_runs_as_the_user_with_the_environment_and_its_exit_code(image):
     result = run_container_to_completion(image, command=["bash", "-c", "id -un; echo $HOME; command -v torchrun; exit 7"],
                                          options=["--shm-size=1g"])
@@ -108,6 +113,8 @@ def test_a_command_runs_as_the_user_with_the_environment_and_its_exit_code(image
     assert (user, home) == ("dev", "/home/dev") and torchrun.endswith("torchrun")
 
 
+@pytest.mark.flavor_difference
+@pytest.mark.tier("landing")
 def test_the_bases_ngc_start_up_scripts_still_run(image, flavor):
     if flavor != "gpu":
         pytest.skip("only NGC bases (the GPU flavor) have /opt/nvidia/entrypoint.d")

@@ -12,7 +12,7 @@ import pytest
 
 from tests.image.test_torchrun import ALL_REDUCE_SCRIPT
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.tier("landing"), pytest.mark.gpu, pytest.mark.flavor_difference]
 
 
 def torch_json(torch_host, code: str) -> dict:

@@ -13,6 +13,8 @@ import pytest
 from tests.support import REPO_ROOT
 from tests.support.containers import docker
 
+pytestmark = pytest.mark.tier("landing")
+
 OS_PACKAGES = ["openssh-server", "tmux", "tini", "git", "procps", "iproute2", "curl", "vim-tiny",
                "libnss-wrapper", "ca-certificates", "rsync"]
 PYTHON_PACKAGES = ["jupyterlab", "tensorboard", "nvitop", "nvidia-ml-py", "ipywidgets", "matplotlib"]
@@ -45,11 +47,13 @@ def test_python_package_is_installed(container, package):
     assert result.rc == 0, f"{package} is missing: {result.stderr}"
 
 
+@pytest.mark.flavor_difference
 def test_pip_check_is_clean(container):
     result = container.run("pip check")
     assert result.rc == 0, result.stdout + result.stderr
 
 
+@pytest.mark.flavor_difference
 def test_torch_is_the_version_the_flavor_promises(container, labels, flavor):
     version = container.run("python -c 'import torch; print(torch.__version__)'").stdout.strip()
     assert version.startswith(labels["dev.pytorch-dev.torch-version"]), (version, labels)
@@ -61,6 +65,7 @@ def test_torch_is_the_version_the_flavor_promises(container, labels, flavor):
             "python -c 'import torch; print(torch.version.cuda or \"cpu\")'").stdout
 
 
+@pytest.mark.flavor_difference
 def test_torch_distributed_has_gloo_and_nccl_where_cuda_is_built(container):
     report = json.loads(container.run(
         "python -c 'import json, torch, torch.distributed as d; print(json.dumps({"
@@ -123,6 +128,7 @@ def test_every_locked_package_is_installed_at_its_locked_version(container, flav
     assert len(locked) > 20 and not mismatched, f"locked vs installed: {mismatched}"
 
 
+@pytest.mark.flavor_difference
 def test_the_bases_pip_constraints_still_hold(container):
     constraint_file = container.run("echo ${PIP_CONSTRAINT:-}").stdout.strip()
     if not constraint_file:

@@ -12,6 +12,8 @@ import requests
 from tests.support import HTTP_TIMEOUT_S
 from tests.support.containers import docker, run_container_to_completion, running_container
 
+pytestmark = pytest.mark.tier("landing")
+
 PUBLISH_JUPYTER = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0"]
 TOKEN = "test-token-4f9d2c7e81b35a06"
 
@@ -94,6 +96,7 @@ def test_a_password_hash_enables_password_login(containers):
     assert session.get(f"{base}/api/contents", timeout=HTTP_TIMEOUT_S).status_code == 200
 
 
+@pytest.mark.tier("full")
 def test_a_malformed_password_hash_stops_the_start_with_one_clear_line(image):
     result = run_container_to_completion(image, options=["--env", "ENABLE_SSH=0",
                                                          "--env", "JUPYTER_PASSWORD_HASH=hunter2"])
@@ -132,6 +135,7 @@ def test_authentication_that_is_open_or_unusable_stops_the_start_with_one_line(i
     assert len(errors) == 1 and message in errors[0], result.stderr
 
 
+@pytest.mark.tier("full")
 def test_a_generated_token_survives_a_restart(containers):
     container = containers(options=PUBLISH_JUPYTER)
     container.wait_until_healthy()
@@ -143,6 +147,7 @@ def test_a_generated_token_survives_a_restart(containers):
     assert requests.get(f"{api_url(container)}/contents", params={"token": first[0]}, timeout=HTTP_TIMEOUT_S).status_code == 200
 
 
+@pytest.mark.tier("full")
 def test_a_link_planted_at_the_token_file_never_makes_root_write_through_it(containers):
     container = containers(options=PUBLISH_JUPYTER)
     container.wait_until_healthy()

@@ -22,6 +22,8 @@ from tests.support import HTTP_TIMEOUT_S
 from tests.support.containers import docker, run_container_to_completion, running_container
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("full")
+
 TOKEN = "precedence-token-5e1f0c9a7b2d"
 KNOWN_PASSWORD = "everyone-knows-this"
 HOSTILE_SERVER_CONFIG = """

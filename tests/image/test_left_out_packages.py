@@ -14,6 +14,8 @@ import pytest
 
 from tests.support import REPO_ROOT
 
+pytestmark = pytest.mark.tier("full")
+
 LEFT_OUT = [line.strip() for line in (REPO_ROOT / "docker" / "python" / "left-out.txt").read_text().splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
 # What JupyterLab's server imports at every start (jupyter-events, and through it jsonschema).

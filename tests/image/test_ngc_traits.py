@@ -25,6 +25,8 @@ from tests.support.containers import docker, run_container_to_completion, runnin
 from tests.support.notebook_kernel import run_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 
+pytestmark = [pytest.mark.tier("landing"), pytest.mark.flavor_difference]
+
 TOKEN = "ngc-traits-token-3c7e9a1f5b"
 # Printed variables, in this order, by every kind of session below.
 SHOWN = ["BASH_ENV", "ENV", "LD_LIBRARY_PATH", "NCCL_VERSION", "CUDA_HOME", "PIP_DEFAULT_TIMEOUT"]

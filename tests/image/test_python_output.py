@@ -10,6 +10,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.tier("full")
+
 LINES_PER_RANK = 5000
 PRINTS = r'''
 import os, sys

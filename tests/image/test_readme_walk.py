@@ -24,6 +24,8 @@ from tests.support.containers import LIVE_CONTAINERS, docker, free_port
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("landing")
+
 README = (REPO_ROOT / "README.md").read_text()
 CPU_HOST_NPROC = "--nproc-per-node=2"  # what the README says to use on a host without GPUs
 

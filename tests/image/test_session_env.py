@@ -6,6 +6,10 @@ export, and given variables only when named like training settings.
 """
 from __future__ import annotations
 
+import pytest
+
+pytestmark = [pytest.mark.tier("landing"), pytest.mark.flavor_difference]
+
 SECRETS = {"GITHUB_PAT": "ghp_pat_value_0123", "DATABASE_URL": "postgres://app:db-password-4567@db/app",
            "HF_TOKEN": "hf_token_value_89ab"}
 NEEDED = {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "3", "HF_HOME": "/workspace/hf"}

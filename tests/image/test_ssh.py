@@ -19,6 +19,8 @@ from tests.support.ssh_client import SSH_TIMEOUT_S, generate_key, host_key_finge
 from tests.support.training import RUN_TIMEOUT_S, TINY_MODEL, trainer_command
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("landing")
+
 PUBLISH_SSH = ["--publish", "127.0.0.1::2222"]
 NO_JUPYTER = ["--env", "ENABLE_JUPYTER=0"]
 # Variables a training job is configured with; SSH sessions must see them.
@@ -43,6 +45,7 @@ def ssh_port(ssh_container) -> int:
     return ssh_container.published_port(2222)
 
 
+@pytest.mark.flavor_difference
 def test_key_login_sees_the_container_environment(ssh_port, user_key):
     with ssh_session(ssh_port, key=user_key) as client:
         status, out, _ = run(client, "id -un; command -v torchrun; python -c 'import torch; print(torch.__version__)'; "
@@ -55,6 +58,7 @@ def test_key_login_sees_the_container_environment(ssh_port, user_key):
     assert variables == ["eth0", "PCI_BUS_ID", "/opt/example/lib"]
 
 
+@pytest.mark.flavor_difference
 def test_an_interactive_login_shell_keeps_the_environment_and_shows_the_motd(ssh_port, user_key):
     with ssh_session(ssh_port, key=user_key) as client:
         channel = client.invoke_shell()
@@ -118,6 +122,7 @@ def test_only_publickey_authentication_is_offered(ssh_port):
         transport.close()
 
 
+@pytest.mark.tier("full")
 def test_two_containers_have_different_host_keys_and_one_keeps_its_key_across_a_restart(containers, user_key):
     options = [*PUBLISH_SSH, *NO_JUPYTER, "--env", f"SSH_AUTHORIZED_KEYS={public_line(user_key)}"]
     first, second = containers(options=options), containers(options=options)
@@ -143,6 +148,7 @@ def test_a_key_file_mounted_read_only_is_accepted(containers, tmp_path):
         assert run(client, "true")[0] == 0
 
 
+@pytest.mark.tier("full")
 def test_a_home_mounted_from_the_host_keeps_its_mode(containers, tmp_path, user_key):
     """The host's folder is the host's: start-up must not chmod a home that is a mount point."""
     home = tmp_path / "home"
@@ -163,6 +169,7 @@ def test_a_home_mounted_from_the_host_keeps_its_mode(containers, tmp_path, user_
     (["--env", "SSH_AUTHORIZED_KEYS_FILE=/nonexistent/authorized_keys"],
      "SSH_AUTHORIZED_KEYS_FILE=/nonexistent/authorized_keys cannot be read"),
 ])
+@pytest.mark.tier("full")
 def test_bad_key_input_stops_the_start_with_one_clear_line(image, options, message):
     result = run_container_to_completion(image, options=[*NO_JUPYTER, *options])
     assert result.returncode == 2
@@ -181,6 +188,7 @@ def dsa_public_line() -> str:
 
 
 @pytest.mark.filterwarnings("ignore:SSH DSA key support is deprecated")
+@pytest.mark.tier("full")
 def test_a_key_of_a_type_sshd_refuses_stops_the_start_with_one_line(image):
     result = run_container_to_completion(image, options=[*NO_JUPYTER, "--env", f"SSH_AUTHORIZED_KEYS={dsa_public_line()}"])
     assert result.returncode == 2
@@ -188,6 +196,7 @@ def test_a_key_of_a_type_sshd_refuses_stops_the_start_with_one_line(image):
     assert len(errors) == 1 and "is a 1024-bit DSA key, which sshd refuses" in errors[0], result.stderr
 
 
+@pytest.mark.tier("full")
 def test_a_read_only_host_key_volume_without_keys_stops_the_start_with_one_line(image, tmp_path):
     result = run_container_to_completion(image, options=[*NO_JUPYTER, "--volume", f"{tmp_path}:/etc/ssh/host_keys:ro"])
     assert result.returncode == 2
@@ -210,6 +219,7 @@ def test_ssh_audit_finds_no_failure(ssh_port):
     assert [entry["algorithm"] for entry in report["key"]] == ["ssh-ed25519"], report["key"]
 
 
+@pytest.mark.flavor_difference
 def test_the_session_environment_hides_secrets_and_is_readable_by_the_user_only(image, user_key):
     with running_container(image, options=[*PUBLISH_SSH, *NO_JUPYTER, "--env", "HF_TOKEN=hf_secret_value_123",
                                            "--env", "WANDB_API_KEY=wandb-secret-456", "--env", "NCCL_DEBUG=INFO",
@@ -223,6 +233,7 @@ def test_the_session_environment_hides_secrets_and_is_readable_by_the_user_only(
         assert "hf_secret_value_123" not in contents and "wandb-secret-456" not in contents
 
 
+@pytest.mark.tier("full")
 def test_health_probes_leave_nothing_in_the_log(ssh_container):
     # Each probe used to leave sshd's "Connection closed ... [preauth]" lines. Docker keeps the last five
     # probes in Health.Log; wait for three new ones to have ended (the image probes every 5 s).

@@ -13,6 +13,8 @@ import pytest
 
 from tests.support.containers import docker
 
+pytestmark = pytest.mark.tier("full")
+
 NOTEBOOK = "/workspace/examples/ddp_quickstart.ipynb"
 FULL_TMPFS = "size=4k,uid=1000,gid=1000"  # smaller than the notebook: cp fails with ENOSPC
 

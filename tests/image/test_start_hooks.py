@@ -13,6 +13,8 @@ import pytest
 from tests.support.containers import docker, run_container_to_completion
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 
+pytestmark = pytest.mark.tier("full")
+
 HOOKS_DIR = "/etc/container/start.d"
 
 
@@ -28,6 +30,7 @@ def test_the_image_ships_the_hook_folder_empty(image):
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
 
 
+@pytest.mark.tier("landing")
 def test_a_hook_mounted_as_a_file_runs_is_logged_by_name_and_can_export(image, tmp_path):
     hook = write_hook(tmp_path, "10-team.sh", 'export TEAM_DATASET=/data/imagenet\n')
     result = run_container_to_completion(

@@ -9,6 +9,8 @@ import pytest
 
 from tests.support.containers import run_container_to_completion
 
+pytestmark = pytest.mark.tier("full")
+
 
 @pytest.mark.parametrize("options, message", [
     (["--env", "STOP_TIMEOUT=abc"], "STOP_TIMEOUT='abc' is not a number of seconds"),

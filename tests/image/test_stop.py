@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from tests.support.containers import docker
 from tests.support.notebook_kernel import run_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 from tests.support.stopping import GRACE_PERIOD_S, endless_run_command, read_file, saved_checkpoints, wait_until_trained
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.tier("landing")
 
 TOKEN = "stop-test-token-0a9b8c7d6e5f"
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.support.containers import docker
 from tests.support.stopping import GRACE_PERIOD_S, endless_run_command, read_file, saved_checkpoints, wait_until_trained
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.tier("landing")
 
 # Idle processes beside the trainer, as DataLoader workers, tmux panes and shells add up on an 8-GPU box:
 # main's stop path, forking several times per process, took longer than the grace period with 3,800.
@@ -23,6 +27,7 @@ def process_count(container) -> int:
     return len(docker("top", container.name, "-e", "-o", "pid").stdout.splitlines()) - 1
 
 
+@pytest.mark.tier("full")
 def test_docker_stop_saves_a_trainer_beside_thousands_of_idle_processes(containers, tmp_path):
     container = containers(options=["--env", "ENABLE_JUPYTER=0", "--env", "ENABLE_SSH=0"])
     docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c", endless_run_command("crowd", 1))

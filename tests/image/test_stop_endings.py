@@ -20,6 +20,8 @@ from tests.support.stopping import (GRACE_PERIOD_S, endless_run_command, read_fi
                                     trainer_arguments, wait_until_trained)
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("landing")
+
 TOKEN = "stop-endings-token-5e4d3c2b1a"
 
 

@@ -17,6 +17,8 @@ from tests.support.containers import Container, docker
 from tests.support.stopping import GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_arguments, wait_until_trained
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("full")
+
 STOP_TIMEOUT_S = 10
 
 

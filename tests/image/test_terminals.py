@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.support.containers import docker, run_container_to_completion
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.tier("landing")
 
 
 def test_a_command_at_a_terminal_takes_the_supervisors_place_with_the_exporter_beside_it(image):

@@ -13,6 +13,8 @@ import testinfra
 
 from tests.support.training import SIGTERM_TO_TORCHRUN, interrupt_when_logged, trainer_command
 
+pytestmark = pytest.mark.tier("full")
+
 REGISTER = "docs/torch-workarounds.md"
 ATTEMPT_TIMEOUT_S = 60
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+pytestmark = pytest.mark.tier("full")
+
 ALL_REDUCE_SCRIPT = r'''
 import os, torch, torch.distributed as dist
 backend = os.environ.get("BACKEND", "gloo")

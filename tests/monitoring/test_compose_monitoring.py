@@ -13,6 +13,8 @@ import pytest
 
 from tests.support.compose import compose, compose_config
 
+pytestmark = pytest.mark.tier("landing")
+
 MONITORING = ["compose.monitoring.yaml"]
 GPU_PROFILE = ["--profile", "gpu"]
 PASSWORD = {"GRAFANA_ADMIN_PASSWORD": "a-test-password-7c1d"}

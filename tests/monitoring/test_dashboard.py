@@ -16,6 +16,8 @@ from tests.support import REPO_ROOT
 from tests.monitoring.helpers.dashboard import (GRAFANA_BUILTINS, GRAFANA_DIR, VARIABLE, load_dashboard, panels_by_row,
                                         provisioned_datasource_uid)
 
+pytestmark = pytest.mark.tier("landing")
+
 TRAINING_PANELS = {"Loss", "Throughput", "MFU", "Step time", "Step", "Time since the last checkpoint", "Restarts"}
 GPU_PANELS = {"GPU utilization", "GPU memory used", "GPU temperature", "GPU power", "SM clock"}
 

@@ -10,6 +10,8 @@ import pytest
 from tests.support.containers import host_has_nvidia_runtime
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("landing")
+
 SCRAPE = "curl --fail --silent --max-time 5 http://127.0.0.1:${GPU_EXPORTER_PORT}/metrics"
 
 
@@ -23,6 +25,7 @@ def test_the_exporter_serves_once_switched_on(containers, command):
     assert "GPU exporter: /metrics on port 9400" in container.logs()
 
 
+@pytest.mark.tier("full")
 def test_the_exporter_is_off_unless_asked(containers):
     container = containers(command=["sleep", "infinity"])
     assert container.run(SCRAPE).rc != 0
@@ -43,6 +46,7 @@ print("answered" if "gpu_exporter_gpus" in page else "silent", "dropped" if drop
 """
 
 
+@pytest.mark.tier("full")
 def test_the_exporter_answers_beside_idle_clients_and_drops_them(containers):
     container = containers(command=["sleep", "infinity"], options=["--env", "ENABLE_GPU_EXPORTER=1"])
     wait_until(lambda: container.run(SCRAPE).rc == 0, 60, failure=lambda: container.logs())
@@ -51,6 +55,7 @@ def test_the_exporter_answers_beside_idle_clients_and_drops_them(containers):
     assert "Traceback" not in container.logs(), container.logs()
 
 
+@pytest.mark.tier("full")
 def test_the_exporter_listens_only_where_gpu_exporter_address_says(containers):
     container = containers(command=["sleep", "infinity"],
                            options=["--env", "ENABLE_GPU_EXPORTER=1", "--env", "GPU_EXPORTER_ADDRESS=127.0.0.1"])

@@ -15,6 +15,8 @@ from tests.support.containers import host_has_nvidia_runtime, running_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("landing")
+
 TOKEN = "proxy-test-token-3b9e51"
 RUN_NAME = "demo-run"
 # A TensorBoard log the way the trainer's --tensorboard-dir writes it, in the folder TensorBoard reads.
@@ -79,6 +81,7 @@ def test_tensorboard_is_refused_without_the_token(jupyter, path):
     assert wrong.status_code in (302, 403), wrong.status_code
 
 
+@pytest.mark.tier("full")
 def test_chromium_shows_the_tensorboard_run_through_jupyter(jupyter):
     chromium = shutil.which("chromium")
     if not chromium:

@@ -7,9 +7,12 @@ Kubernetes schema (kubernetes-validate), the PodMonitor against what the Prometh
 from __future__ import annotations
 
 import kubernetes_validate
+import pytest
 import yaml
 
 from tests.support import REPO_ROOT
+
+pytestmark = pytest.mark.tier("landing")
 
 MANIFESTS = REPO_ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.30.0"

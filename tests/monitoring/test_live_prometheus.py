@@ -22,6 +22,8 @@ from tests.support.prometheus_server import (CONFIG_DIR, PrometheusServer, fast_
                                                 start_prometheus)
 from tests.support.training import TINY_MODEL, trainer_argv
 
+pytestmark = pytest.mark.tier("landing")
+
 TRAINER_PORT = 9401
 GPU_EXPORTER_PORT = 9400
 NODES = ("node0", "node1")

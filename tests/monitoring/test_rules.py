@@ -5,9 +5,12 @@ unit tests pass, with a test that makes each alert fire and one that keeps it qu
 """
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from tests.support.prometheus_server import CONFIG_DIR, promtool
+
+pytestmark = pytest.mark.tier("landing")
 
 RULES = CONFIG_DIR / "rules" / "training.rules.yml"
 RULE_TESTS = CONFIG_DIR / "tests" / "training.rules.test.yml"
@@ -49,6 +52,7 @@ def test_every_alert_has_a_firing_and_a_quiet_case_and_says_what_to_do():
             assert ": " in rule["annotations"]["summary"], f"{rule['alert']}'s summary does not say what to do"
 
 
+@pytest.mark.tier("full")
 def test_the_unit_tests_catch_a_broken_rule(prometheus_image, tmp_path):
     # The unit tests must be able to fail: a rule with a threshold nobody reaches leaves its alert quiet.
     broken = tmp_path / "prometheus"

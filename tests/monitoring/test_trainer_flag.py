@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.support.training import TINY_MODEL, trainer_command
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.tier("landing")
 
 TRAINER = trainer_command("--ckpt-dir /tmp/ckpt-flag", nproc=None)
 TINY = f"{TINY_MODEL} --batch-size 8 --num-workers 0 --device cpu --log-every 1 --ckpt-dir /tmp/ckpt-ranks --save-every 0"
@@ -22,6 +26,7 @@ def test_a_bad_port_is_one_line_naming_the_flag(training_container):
     assert "--prometheus-port: must be a TCP port (1-65535)" in result.stderr, result.stderr
 
 
+@pytest.mark.tier("full")
 def test_a_taken_port_is_one_line_saying_what_to_do(training_container):
     training_container.run("python -m http.server 9411 --bind 127.0.0.1 >/dev/null 2>&1 & echo $! >/tmp/taken.pid")
     try:
@@ -36,6 +41,7 @@ def test_a_taken_port_is_one_line_saying_what_to_do(training_container):
         "(Address already in use); another trainer may hold it: pick a free port"]
 
 
+@pytest.mark.tier("full")
 def test_only_local_rank_0_of_a_node_serves(training_container):
     training = trainer_command(f"{TINY} --max-steps 100000 --prometheus-port {PORT}")
     training_container.run(f"{training} >/tmp/ranks.log 2>&1 & echo $! >/tmp/ranks.pid")

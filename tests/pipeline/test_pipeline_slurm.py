@@ -26,6 +26,8 @@ from tests.support.slurm_cluster import SlurmCluster, running_cluster
 from tests.support.training import TINY_MODEL
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("landing")
+
 PIPELINE = REPO_ROOT / "tools" / "pipeline" / "gate_and_submit.sh"
 BASELINE = REPO_ROOT / "tools" / "regression" / "baselines" / "cpu-cpu.json"
 # Long enough that the requeue, sent once step 10 is in the job's output, lands mid-run: on a quiet
@@ -122,6 +124,7 @@ def test_a_pushed_image_is_gated_submitted_by_digest_and_completes_after_a_reque
     assert "resumed from" in second_run and f"done: {STEPS} steps" in second_run, second_run[-4000:]
 
 
+@pytest.mark.tier("full")
 def test_a_drifted_image_fails_the_gate_and_nothing_is_submitted(cpu_image, registry, slurm, tmp_path):
     drifted = build_drifted_image(cpu_image, tmp_path)
     try:

@@ -17,6 +17,8 @@ from tests.support import REPO_ROOT
 from tests.support.containers import free_port
 from tests.pipeline.helpers.pipeline import make_regression, own_error_lines
 
+pytestmark = pytest.mark.tier("landing")
+
 BASELINE = REPO_ROOT / "tools" / "regression" / "baselines" / "cpu-cpu.json"
 
 

@@ -15,6 +15,8 @@ import yaml
 
 from tests.support import REPO_ROOT
 
+pytestmark = pytest.mark.tier("landing")
+
 RENDER = REPO_ROOT / "tools" / "deploy" / "render_image.py"
 DIGEST = "registry.example.com/team/pytorch-dev@sha256:" + "0123456789abcdef" * 4
 KUBERNETES_VERSION = "1.30.0"

@@ -17,6 +17,8 @@ import yaml
 
 from tests.support.release import REPO_ROOT, make
 
+pytestmark = pytest.mark.tier("landing")
+
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "image.yml"
 IMMUTABLE_TAG = re.compile(r"(cpu|gpu)-torch[0-9][0-9A-Za-z.]*-(cpu|cuda[0-9]+\.[0-9]+)-[a-z0-9.]+-[0-9]{8}-g[0-9a-f]{7}")
 
@@ -90,6 +92,7 @@ def test_sbom_lists_os_and_python_packages_with_purls(sbom, training_container):
     assert len(refs) == len(set(refs)), "bom-refs must be unique"
 
 
+@pytest.mark.tier("full")
 def test_workflow_passes_actionlint():
     result = make("lint-workflows", "unused:unused", "cpu", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import yaml
 
 from tests.support import REPO_ROOT
+
+pytestmark = pytest.mark.tier("landing")
 
 GITHUB = REPO_ROOT / "examples" / "github-actions" / ".github" / "workflows" / "tests.yml"
 GITLAB = REPO_ROOT / "examples" / "gitlab-ci" / ".gitlab-ci.yml"

@@ -20,6 +20,8 @@ from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.local_registry import local_registry
 from tests.support.release import environment_without_make
 
+pytestmark = pytest.mark.tier("landing")
+
 REPOSITORY = "nvidia/pytorch"
 TORCH_BY_TAG = {"25.12-py3": "2.10.0a0+b4e4ee81d3", "26.01-py3": "2.10.0a0+1111111111",
                 "26.03-py3": "2.11.0a0+3333333333", "26.02-py3-igpu": "2.11.0a0+2222222222",
@@ -92,6 +94,7 @@ def test_the_proposal_names_the_newest_release_and_changes_only_its_two_lines(ng
     assert "26.03-py3" in text and digests["26.03-py3"] in text, text
 
 
+@pytest.mark.tier("full")
 def test_on_the_newest_release_the_proposal_changes_nothing(ngc_registry, tmp_path):
     address, _ = ngc_registry
     dockerfile = tmp_path / "Dockerfile"

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import yaml
 
 from tests.support import REPO_ROOT
+
+pytestmark = pytest.mark.tier("landing")
 
 POLICY = REPO_ROOT / "deploy" / "kubernetes" / "verify-image-policy.yaml"
 # What tools/release/sign.py attaches (cosign's --type cyclonedx and slsaprovenance1).

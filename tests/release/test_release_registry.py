@@ -22,6 +22,8 @@ from tests.support.containers import docker
 from tests.support.local_registry import local_registry, registry_api
 from tests.support.release import REPO_ROOT, make, split_image_ref
 
+pytestmark = pytest.mark.tier("landing")
+
 SUITE_ON_PULLED_IMAGE = ["tests/image/test_image.py", "tests/image/test_torchrun.py"]
 PUSH_TIMEOUT_S = 900
 SUITE_TIMEOUT_S = 600
@@ -37,6 +39,7 @@ def image_id(reference: str) -> str:
     return docker("image", "inspect", "--format", "{{.Id}}", reference).stdout.strip()
 
 
+@pytest.mark.tier("full")
 def test_push_pull_back_by_tag_and_the_pulled_image_passes_the_image_suite(registry, image, flavor):
     tags = make("tags", image, flavor).stdout.split()
     assert tags, "make tags printed no tag"

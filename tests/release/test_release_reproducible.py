@@ -25,6 +25,8 @@ from tests.support.containers import docker
 from tests.support.local_registry import local_registry
 from tests.support.release import REPO_ROOT, build_variables, environment_without_make, make, split_image_ref
 
+pytestmark = pytest.mark.tier("full")
+
 SECOND_BUILD_TIMEOUT_S = 1200
 PUSH_TIMEOUT_S = 900
 FREEZE = ["python", "-m", "pip", "freeze", "--all"]

@@ -22,6 +22,8 @@ from tests.support.containers import free_port
 from tests.support.release import make
 from tests.release.helpers.vulnerability_data import OsvData, apt_repository, osv_service, write_flat_apt_repository
 
+pytestmark = pytest.mark.tier("full")
+
 TODAY = datetime.date.today()
 
 
@@ -68,12 +70,14 @@ def verdict(result: subprocess.CompletedProcess) -> str:
     return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
 
 
+@pytest.mark.tier("landing")
 def test_a_clean_image_passes_and_says_how_many_packages_it_checked(image, flavor, sbom_packages, osv, security_suite):
     result = scan(image, flavor, osv[1], security_suite[1])
     assert result.returncode == 0, result.stdout + result.stderr
     assert verdict(result).startswith("scan: passed:") and f"{len(sbom_packages)} Python packages" in verdict(result)
 
 
+@pytest.mark.tier("landing")
 def test_a_high_finding_in_an_installed_package_fails(image, flavor, sbom_packages, osv, security_suite):
     data, url = osv
     data.add("GHSA-test-high-0001", "jinja2", sbom_packages["jinja2"], "HIGH")

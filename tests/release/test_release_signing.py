@@ -26,6 +26,8 @@ from tests.support.host_tools import skip_where_missing
 from tests.support.local_registry import local_registry, registry_api
 from tests.support.release import environment_without_make, make, split_image_ref
 
+pytestmark = pytest.mark.tier("full")
+
 PUSH_TIMEOUT_S = 1800  # a first push of the whole image; minutes on a loaded machine
 PASSWORD = "release-test-password"
 TAG_ANNOTATION = "dev.pytorch-dev.tag"

@@ -7,9 +7,13 @@ test_enroot_pyxis.py.)
 """
 from __future__ import annotations
 
+import pytest
+
+from tests.support.containers import run_container_to_completion
 from tests.support.runtime_rules import (SERVICE_OPTIONS, TRAIN, apptainer_run_flags, check_services_run_as,
                                           checkpoints, make_home, owners)
-from tests.support.containers import run_container_to_completion
+
+pytestmark = pytest.mark.tier("full")
 
 
 def test_apptainer_run_serves_jupyter_as_the_caller_with_its_token_and_says_why_ssh_is_off(containers, tmp_path):

@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 import re
 
-from tests.support.runtime_rules import (TRAIN, checkpoints, enroot_flags, make_home, owners, poison_user_site,
-                                          run)
+import pytest
+
 from tests.support import REPO_ROOT
 from tests.support.containers import docker
+from tests.support.runtime_rules import (TRAIN, checkpoints, enroot_flags, make_home, owners, poison_user_site,
+                                          run)
+
+pytestmark = pytest.mark.tier("landing")
 
 # What start-up may set that a job does not need: who the user is, and the start-up's own switches.
 START_UP_ONLY = {"HOME", "USER", "LOGNAME", "HOSTNAME", "CONTAINER_MODE", "PWD", "SHLVL", "_",
@@ -33,6 +37,7 @@ def test_enroot_pyxis_and_apptainer_exec_train_two_ranks_into_the_home_with_the_
     assert owners([home.path / "ckpt", *saved]) == {(home.uid, home.gid)}
 
 
+@pytest.mark.flavor_difference
 def test_enroot_pyxis_job_finds_in_env_every_variable_start_up_would_give_it(image):
     """Enroot takes the environment from the image's ENV alone: what the entrypoint adds or changes for a
     command (PATH, NGC's CUDA_*, NCCL_* and LD_LIBRARY_PATH on the GPU flavor...) must already be there."""

@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.containers import run_container_to_completion
 
+pytestmark = pytest.mark.tier("full")
+
 ACCOUNTS = {"sshd": "100:65534", "nobody": "65534:65534"}
 
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 import subprocess
 import tarfile
 
+import pytest
+
+pytestmark = pytest.mark.tier("full")
+
 ROOT_ENTRIES = {".", "./", "/"}
 WORLD_READABLE_ROOT = 0o755
 

@@ -13,6 +13,8 @@ from tests.support.runtime_rules import (FS_GROUP, KUBERNETES_POD_USER, OPENSHIF
                                           kubernetes_restricted_flags, owners)
 from tests.support.containers import docker, run_container_to_completion
 
+pytestmark = pytest.mark.tier("full")
+
 # The uid:gid each platform runs the pod as: the image's user, or OpenShift's arbitrary uid in group 0.
 # (tests/deploy/test_kubernetes.py checks that every pod under deploy/ runs as KUBERNETES_POD_USER.)
 PLATFORMS = {"kubernetes": KUBERNETES_POD_USER, "openshift": (OPENSHIFT_UID, 0)}

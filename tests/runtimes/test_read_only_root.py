@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import requests
 
 from tests.support import HTTP_TIMEOUT_S
-from tests.support.runtime_rules import TOKEN, TRAIN, checkpoints
 from tests.support.containers import run_container_to_completion
+from tests.support.runtime_rules import TOKEN, TRAIN, checkpoints
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
+
+pytestmark = pytest.mark.tier("full")
 
 # What the one line asks for when SSH is on (docs/runtimes.md lists the same).
 SERVICE_TMPFS = ["/run", "/etc/ssh/authorized_keys", "/etc/container", "/etc/ssh/host_keys"]

@@ -22,6 +22,8 @@ from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 from tests.support.stopping import GRACE_PERIOD_S, endless_run_command
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("full")
+
 TMUX_TRAINER = endless_run_command("tmux", 1)
 
 

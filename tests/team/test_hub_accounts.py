@@ -19,6 +19,8 @@ from tests.support.containers import docker
 from tests.support.hub import (ADMIN, HUB_IMAGE, Hub, add_user, admin_action, form_xsrf, log_in, logged_in,
                                running_hub, sign_up, try_log_in)
 
+pytestmark = pytest.mark.tier("full")
+
 REFUSED = 400
 HOME = "/hub/home"  # where a login goes here: no server is spawned
 

@@ -7,10 +7,13 @@ to show it; tests/team/test_jupyterhub.py runs a whole hub.
 """
 from __future__ import annotations
 
+import pytest
 import requests
 
-from tests.support.waiting import wait_until
 from tests.support import HTTP_TIMEOUT_S
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.tier("landing")
 
 PREFIX = "/user/alice/"
 # What a spawner hands its container. The hub's API is a stub in the container (HUB_API_STUB): the

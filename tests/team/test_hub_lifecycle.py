@@ -19,6 +19,8 @@ from tests.support.jupyter_websockets import run_in_terminal
 from tests.support.training import TINY_RUN, trainer_command
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("full")
+
 IDLE_TIMEOUT_S = 60
 METRICS = "/workspace/lifecycle.jsonl"
 

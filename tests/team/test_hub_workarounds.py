@@ -7,8 +7,12 @@ entry and its test here; tests/team/test_hub_accounts.py keeps proving that the 
 """
 from __future__ import annotations
 
+import pytest
+
 from tests.support.containers import docker
 from tests.support.hub import HUB_IMAGE, build_hub_image
+
+pytestmark = pytest.mark.tier("full")
 
 
 def in_the_hub_image(code: str) -> str:

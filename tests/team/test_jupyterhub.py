@@ -20,6 +20,8 @@ from tests.support.jupyter_websockets import run_in_kernel, run_in_terminal
 from tests.support.training import TINY_RUN, trainer_command
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("full")
+
 
 @pytest.fixture(scope="module")
 def hub(image, tmp_path_factory) -> Iterator[Hub]:

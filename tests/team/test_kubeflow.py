@@ -15,6 +15,8 @@ from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.containers import run_container_to_completion, running_container
 from tests.support.jupyter_websockets import JupyterAccess, run_in_kernel, run_in_terminal
 
+pytestmark = pytest.mark.tier("landing")
+
 PREFIX = "/notebook/ns/me"
 KUBEFLOW_LIKE = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0", "--env", f"NB_PREFIX={PREFIX}"]
 PLATFORM_HOST = "kubeflow.example.com"  # the name the platform serves the notebook under

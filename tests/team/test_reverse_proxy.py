@@ -22,6 +22,8 @@ from tests.support.host_tools import skip_where_missing
 from tests.support.jupyter_websockets import JupyterAccess, run_in_kernel, run_in_terminal
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.tier("landing")
+
 NGINX = "/usr/sbin/nginx"
 PREFIX = "/gpu/"
 EXAMPLE = REPO_ROOT / "docs" / "reverse-proxy.md"
@@ -120,6 +122,7 @@ def test_a_kernel_and_a_terminal_work_over_websockets_through_the_proxy(jupyter_
     assert "proxied-terminal-ok" in run_in_terminal(server, 'echo "proxied-terminal""-ok"', "proxied-terminal-ok")
 
 
+@pytest.mark.tier("full")
 def test_tensorboard_is_served_under_the_prefix_only_with_authentication(jupyter_under_a_prefix, nginx):
     base, cert = nginx
     token = printed_token_path(jupyter_under_a_prefix).rsplit("=", 1)[1]

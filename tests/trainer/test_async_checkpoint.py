@@ -17,6 +17,8 @@ import pytest
 from tests.support.training import (SIGTERM_TO_THE_WORKERS, interrupt_when_step_logged, make_workdir, python_json,
                                     trainer_command)
 
+pytestmark = pytest.mark.tier("full")
+
 STEPS = 12
 GRACE_PERIOD_S = 30
 GPT = ("--model gpt-tiny --seq-len 32 --synthetic-samples 256 --num-workers 0 --batch-size 4 --warmup-steps 2 "

@@ -16,6 +16,8 @@ import pytest
 from tests.support.training import (SIGTERM_TO_THE_WORKERS, TINY_RUN, interrupt_when_step_logged, make_workdir,
                                     trainer_command)
 
+pytestmark = pytest.mark.tier("full")
+
 GPT_RUN = "--model gpt-tiny --seq-len 32 --batch-size 4 --warmup-steps 5 --log-every 1 --parallel fsdp"
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from tests.support.training import TINY_RUN, make_workdir, trainer_command
 
+pytestmark = pytest.mark.tier("full")
+
 # One process, 4 steps, a checkpoint every 2: a few seconds per run.
 SHORT_RUN = f"{TINY_RUN} --num-workers 0 --max-steps 4 --save-every 2"
 

@@ -10,6 +10,8 @@ import pytest
 from tests.support.training import (TINY_MODEL, make_workdir, python_json, read_metrics, tensors_equal,
                                     trainer_command, write_per_rank_dump)
 
+pytestmark = pytest.mark.tier("landing")
+
 STEPS = 30
 SHARED = f"{TINY_MODEL} --warmup-steps 5 --lr 3e-3 --seed 3 --num-workers 0"
 

@@ -15,6 +15,8 @@ import pytest
 
 from tests.support.training import ENV, RUN_TIMEOUT_S, make_workdir, trainer_command
 
+pytestmark = pytest.mark.tier("full")
+
 REFUSALS = pathlib.Path(__file__).parent / "data" / "refusals.py"
 
 DOCUMENTED_FLAGS = [
@@ -101,12 +103,14 @@ def assert_one_line_naming(answer: dict, flag: str, message: str) -> None:
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), BAD_VALUES, ids=[f"{f}={v}" for f, v, _ in BAD_VALUES])
+@pytest.mark.tier("landing")
 def test_bad_value_gets_one_line_naming_the_flag(refusals, flag, value, message):
     assert_one_line_naming(refusals[f"{flag}={value}"], flag, message)
 
 
 @pytest.mark.parametrize(("setup", "arguments", "flag", "message"), BAD_COMBINATIONS,
                          ids=[arguments for _, arguments, _, _ in BAD_COMBINATIONS])
+@pytest.mark.tier("landing")
 def test_bad_combination_gets_one_line_naming_the_flag(refusals, setup, arguments, flag, message):
     assert_one_line_naming(refusals[arguments], flag, message)
 

@@ -17,6 +17,8 @@ import pytest
 from tests.support.training import (ENV, SIGTERM_TO_TORCHRUN, interrupt_when_step_logged, make_workdir, python_json,
                                     read_metrics, trainer_command)
 
+pytestmark = pytest.mark.tier("full")
+
 STEPS, HALF = 12, 6
 SEQ_LEN = 32
 GPT = (f"--model gpt-tiny --seq-len {SEQ_LEN} --synthetic-samples 256 --num-workers 0 --warmup-steps 2 --lr 3e-3 "

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.tier("full")
+
 BAD_ARGUMENTS = [
     ("--steps 10", "--steps must be a whole number of at least 20, not '10'"),
     ("--steps many", "--steps must be a whole number of at least 20, not 'many'"),

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.training import make_workdir, read_metrics, trainer_command
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.tier("landing"), pytest.mark.gpu]
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])

@@ -24,6 +24,8 @@ from tests.conftest import torch_tests_run_on_host
 from tests.support.containers import docker
 from tests.support.training import ENV, make_workdir, read_metrics, trainer_command
 
+pytestmark = pytest.mark.tier("full")
+
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 

@@ -14,6 +14,8 @@ import pytest
 
 from tests.support.training import TINY_RUN, interrupt_when_step_logged, make_workdir, read_metrics, trainer_command
 
+pytestmark = pytest.mark.tier("full")
+
 # Far past what 300 bytes of output hold (the start line and a progress line or two).
 STOP_AFTER_STEP = 25
 # $pid is `bash -c`, whose child is coreutils timeout (trainer_command), whose child is torchrun; or

@@ -9,6 +9,8 @@ import pytest
 
 from tests.support.training import TINY_RUN, make_workdir, python_json, read_metrics, trainer_command
 
+pytestmark = pytest.mark.tier("full")
+
 
 def test_metrics_lines_and_tensorboard_scalars_cover_every_logged_step(torch_host, scripts_dir):
     if torch_host.run("timeout 60 python -c 'import tensorboard'").rc != 0:

@@ -13,6 +13,8 @@ import pytest
 from tests.support.training import (SIGTERM_TO_THE_WORKERS, SIGTERM_TO_TORCHRUN, TINY_RUN, interrupt_when_step_logged,
                                     make_workdir, read_metrics, tensors_equal, trainer_command)
 
+pytestmark = pytest.mark.tier("full")
+
 STEPS = 40
 STOP_AFTER_STEP = 12  # mid-epoch (16 steps an epoch) and between two --save-every 10 checkpoints
 GRACE_PERIOD_S = 30  # what docker stop, Slurm and torchrun give a process after SIGTERM
@@ -41,6 +43,7 @@ def reference(torch_host, scripts_dir, workdir) -> str:
     return workdir
 
 
+@pytest.mark.tier("landing")
 def test_sigterm_stops_saves_and_a_restart_ends_like_an_uninterrupted_run(torch_host, scripts_dir, reference):
     workdir = reference
     command = f"{trainer_command(scripts_dir=scripts_dir)} {trainer_flags(workdir, 'sigterm')}"
