@@ -7,6 +7,7 @@ import struct
 import zlib
 
 import pytest
+import gate
 from compare import check_losses, check_throughput, compare, summarize
 from loss_plot import write_loss_plot
 from reference_runs import RUNS
@@ -71,3 +72,28 @@ def test_the_plot_is_a_valid_png_with_a_panel_per_run(tmp_path):
 def test_a_reference_without_a_full_digest_is_refused(reference):
     with pytest.raises(RenderError, match="is not a digest reference"):
         render("image: x\n", reference)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_loss_that_is_not_a_number_at_a_middle_step_fails_there(bad):
+    # NaN is never the largest deviation (every comparison with it is false), so it must fail on its own.
+    result = check_losses("run", {"5": 2.0, "10": bad, "15": 1.0}, {"5": 2.0, "10": 1.5, "15": 1.0}, rtol=1e-3)
+    assert not result.passed and "at step 10" in result.detail and "diverged" in result.detail
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("{not json", "cannot be read"),
+    ("[]", "is malformed: it is not a JSON object"),
+    ('{"loss_rtol": "tight"}', "loss_rtol is not a number"),
+    ('{"loss_rtol": 0.001, "throughput_floor": 0.05, "recorded": {}, "runs": {"cnn-ddp": {"losses": {"5": NaN}, '
+     '"samples_per_sec": 1}}}', "run cnn-ddp has a loss that is not a finite number"),
+    ('{"loss_rtol": 0.001, "throughput_floor": 0.05, "recorded": {}, "runs": {"cnn-ddp": {"losses": {"5": 2.0}}}}',
+     "run cnn-ddp has no samples_per_sec"),
+])
+def test_a_malformed_baseline_is_one_line_and_exit_2(tmp_path, capsys, text, words):
+    baseline = tmp_path / "cpu-cpu.json"
+    baseline.write_text(text)
+    status = gate.main(["check", "--host", "--device", "cpu", "--flavor", "cpu", "--baseline", str(baseline),
+                        "--report-dir", str(tmp_path / "report")])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and words in lines[0] and "record a new one" in lines[0], lines

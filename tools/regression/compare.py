@@ -6,6 +6,7 @@ fell (it learns at all), and its throughput stays above a floor relative to the 
 """
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 
@@ -22,6 +23,30 @@ class CheckResult(NamedTuple):
         return self._asdict()
 
 
+def baseline_problem(baseline: Any) -> str | None:
+    """What makes BASELINE (a parsed baseline file) unusable, in words, or None when the checks can read it."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(baseline, dict):
+        return "it is not a JSON object"
+    for key in ("loss_rtol", "throughput_floor"):
+        if not number(baseline.get(key)):
+            return f"{key} is not a number"
+    if not isinstance(baseline.get("recorded"), dict):
+        return "it has no recorded object"
+    runs = baseline.get("runs")
+    if not isinstance(runs, dict) or not runs:
+        return "it has no runs"
+    for name, run in runs.items():
+        if not isinstance(run, dict) or not isinstance(run.get("losses"), dict) or not run["losses"]:
+            return f"run {name} has no losses"
+        if not all(number(loss) and loss != 0 for loss in run["losses"].values()):
+            return f"run {name} has a loss that is not a finite number other than 0"
+        if not number(run.get("samples_per_sec")):
+            return f"run {name} has no samples_per_sec"
+    return None
+
+
 def summarize(metrics: list[dict[str, Any]]) -> dict[str, Any]:
     """What a baseline keeps of one run's metrics records: the loss at each reported step, and the mean
     throughput over the reports after the first (whose window holds start-up and compilation)."""
@@ -35,6 +60,11 @@ def check_losses(run: str, measured: dict[str, float], baseline: dict[str, float
     if list(measured) != list(baseline):
         return CheckResult(run, "loss", False, f"reported steps {list(measured)}, the baseline has {list(baseline)}; "
                                                "the reference run changed: record a new baseline (make baseline)")
+    # A NaN compares false with everything, so it would never be the largest deviation: a loss that is not
+    # a finite number fails on its own, at the first step that has one.
+    broken = next((step for step in baseline if not math.isfinite(measured[step])), None)
+    if broken is not None:
+        return CheckResult(run, "loss", False, f"loss {measured[broken]} at step {broken}: training diverged")
     deviations = {step: abs(measured[step] - baseline[step]) / abs(baseline[step]) for step in baseline}
     worst = max(deviations, key=deviations.get)
     passed = deviations[worst] <= rtol

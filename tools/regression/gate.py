@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from compare import CheckResult, compare, summarize  # noqa: E402
+from compare import CheckResult, baseline_problem, compare, summarize  # noqa: E402
 from loss_plot import write_loss_plot  # noqa: E402
 from reference_runs import ENVIRONMENT_MARKER, METRICS_MARKER, RUNS, run_script  # noqa: E402
 from resolve import ResolveError, resolve  # noqa: E402
@@ -92,7 +92,15 @@ def load_baseline(path: pathlib.Path, flavor: str, device: str) -> dict[str, Any
     if not path.is_file():
         raise GateError(f"no baseline {path} for the {flavor} flavor on {device}: record one on such a machine with "
                         f"`make baseline IMAGE=REF` and commit it after review")
-    baseline = json.loads(path.read_text())
+    try:
+        baseline = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise GateError(f"baseline {path} cannot be read ({error}): restore it from git, or record a new one "
+                        "(make baseline IMAGE=REF)") from None
+    problem = baseline_problem(baseline)
+    if problem:
+        raise GateError(f"baseline {path} is malformed: {problem}; restore it from git, or record a new one "
+                        "(make baseline IMAGE=REF)")
     if (baseline.get("flavor"), baseline.get("device")) != (flavor, device):
         raise GateError(f"baseline {path} is for the {baseline.get('flavor')} flavor on {baseline.get('device')}, this "
                         f"is the {flavor} flavor on {device}: use baselines/{flavor}-{device}.json (drop BASELINE=)")
@@ -170,6 +178,10 @@ def record(args: argparse.Namespace) -> int:
         "recorded": {"image": identity, "date": datetime.date.today().isoformat(), **environment},
         "runs": {run.name: {"flags": run.flags, **summarize(metrics[run.name])} for run in RUNS[device]},
     }
+    problem = baseline_problem(baseline)
+    if problem:  # a diverged reference run: a baseline of NaN would pass nothing, or everything
+        return fail_line(f"the reference runs of {image or 'this host'} cannot be a baseline ({problem}): nothing "
+                         "recorded; fix the image first")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(baseline, indent=2) + "\n")
     print(f"regression: recorded {path} from {identity} (torch {environment.get('torch')}); review and commit it")
