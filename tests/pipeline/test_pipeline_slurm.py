@@ -58,7 +58,8 @@ def slurm(tmp_path_factory) -> Iterator[SlurmCluster]:
 
 
 def checkpoint_dir(tmp_path: pathlib.Path) -> pathlib.Path:
-    folder = tmp_path / "ckpt"
+    # Named as runs often are, with a comma: Slurm's --export list splits values at commas.
+    folder = tmp_path / "run,lr=3e-4"
     folder.mkdir()
     os.chown(folder, CONTAINER_USER_ID, CONTAINER_USER_ID)
     return folder

@@ -35,15 +35,22 @@ def run(args: argparse.Namespace, command: list[str]) -> subprocess.CompletedPro
     return subprocess.run(words, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
 
 
+def sbatch_command(args: argparse.Namespace) -> list[str]:
+    """The submission, with the job's variables set in sbatch's own environment and exported with ALL:
+    `--export=ALL,NAME=VALUE` would split a value at its commas (a --ckpt-dir of run,lr=3e-4 would reach
+    the job as run, and lr as another variable), and Slurm has no way to escape one."""
+    variables = {"CONTAINER_IMAGE": args.image, "LAUNCH_MODE": args.launch_mode, "CKPT_DIR": args.ckpt_dir,
+                 "NPROC_PER_NODE": args.nproc_per_node}
+    return ["env", *(f"{name}={value}" for name, value in variables.items()),
+            "sbatch", "--parsable", f"--nodes={args.nodes}", "--export=ALL", *args.sbatch_option,
+            args.script, *args.trainer_flags, f"--metrics-file={args.ckpt_dir}/metrics.jsonl"]
+
+
 def submit(args: argparse.Namespace) -> str:
     if not DIGEST_REFERENCE.match(args.image):
         raise SubmitError(f"{args.image!r} is not a digest reference: give what the gate passed "
                           "(python3 tools/regression/resolve.py REF prints it)")
-    exports = ",".join(["ALL", f"CONTAINER_IMAGE={args.image}", f"LAUNCH_MODE={args.launch_mode}",
-                        f"CKPT_DIR={args.ckpt_dir}", f"NPROC_PER_NODE={args.nproc_per_node}"])
-    command = ["sbatch", "--parsable", f"--nodes={args.nodes}", f"--export={exports}", *args.sbatch_option,
-               args.script, *args.trainer_flags, f"--metrics-file={args.ckpt_dir}/metrics.jsonl"]
-    result = run(args, command)
+    result = run(args, sbatch_command(args))
     if result.returncode != 0:
         reason = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise SubmitError(f"Slurm rejected the job ({reason[0]}): fix the partition, account or limits it names "
@@ -72,12 +79,20 @@ def wait_for_job(args: argparse.Namespace, job: str) -> str:
     return f"{state} (still, after {args.timeout} s of waiting; the job goes on: scancel {job} to stop it)"
 
 
+def metrics_summary(tail: str) -> str:
+    """The newest whole metrics record among the last lines of metrics.jsonl, in words. A job killed
+    mid-write (a node lost, a full disk) leaves its last line cut short: the line before it still counts."""
+    for line in reversed(tail.strip().splitlines()):
+        try:
+            record = json.loads(line)
+            return f"step {record['step']}, loss {record['loss']:.4f}, {record['samples_per_sec']:.1f} samples/s"
+        except (ValueError, KeyError, TypeError):
+            continue
+    return "no whole metrics record written" if tail.strip() else "no metrics written"
+
+
 def final_metrics(args: argparse.Namespace) -> str:
-    last = run(args, ["tail", "-n", "1", f"{args.ckpt_dir}/metrics.jsonl"]).stdout.strip()
-    if not last:
-        return "no metrics written"
-    record = json.loads(last)
-    return f"step {record['step']}, loss {record['loss']:.4f}, {record['samples_per_sec']:.1f} samples/s"
+    return metrics_summary(run(args, ["tail", "-n", "5", f"{args.ckpt_dir}/metrics.jsonl"]).stdout)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
