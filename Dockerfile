@@ -147,8 +147,9 @@ RUN python3 -m compileall -q /usr/local/lib/container /opt/scripts/doctor.py
 WORKDIR /workspace
 EXPOSE ${JUPYTER_CONTAINER_PORT} ${SSH_CONTAINER_PORT}
 # Twice a second during the start period, so a container is healthy within half a second of sshd and
-# JupyterLab answering (about 2 s after `docker run`, BENCHMARKS.md); every 5 s after that. Docker Engine
-# 25+ honours --start-interval; older engines ignore it and probe every 5 s from the start. The probe
+# JupyterLab answering (about 2 s after `docker run`, BENCHMARKS.md); every 5 s after that. Building this
+# line needs Docker Engine 25+ (make build checks, tools/check_build_engine.sh); older engines running an
+# image built elsewhere ignore --start-interval and probe every 5 s from the start. The probe
 # logs nothing and costs about 0.1 s of CPU, and the fast probes end once the container is healthy.
 HEALTHCHECK --interval=5s --timeout=5s --start-period=60s --start-interval=0.5s --retries=3 \
     CMD ["/usr/local/bin/healthcheck"]

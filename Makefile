@@ -81,6 +81,7 @@ SOURCE_DIRTY = $$(git status --porcelain -- Dockerfile entrypoint.sh docker scri
 
 .PHONY: build
 build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debian + CPU torch); RELEASE=1 pins the base
+	@tools/check_build_engine.sh
 	@if [[ -n "$(RELEASE)" && -z "$(PINNED_BASE_DIGEST)" ]]; then \
 	  echo "RELEASE=1 pins the base by digest, but $(BASE_REF) has none here: docker pull $(BASE_REF), or set BASE_DIGEST=sha256:..." >&2; exit 2; fi
 	@docker image inspect $(BASE_REF) >/dev/null 2>&1 || docker pull --quiet $(BASE_REF) >/dev/null 2>&1 || { \
