@@ -14,6 +14,9 @@ import subprocess
 from tags import ReleaseError
 
 PINNED_MAJOR = "2"
+# What cosign's errors name when the public Sigstore services (the Rekor log, Fulcio, their TUF root)
+# cannot be reached: an offline machine, or a network that lets only a private registry through.
+PUBLIC_SIGSTORE = re.compile(r"sigstore\.dev|rekor|fulcio|\btuf\b", re.IGNORECASE)
 COSIGN_TIMEOUT_S = 300
 # The annotation every signature carries: the tag it was pushed under (verify.py checks the tag asked for).
 TAG_ANNOTATION = "dev.pytorch-dev.tag"
@@ -50,3 +53,13 @@ def run_cosign(*args: str) -> subprocess.CompletedProcess:
 def last_error_line(result: subprocess.CompletedProcess) -> str:
     lines = [line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip()]
     return lines[-1] if lines else f"exit status {result.returncode}"
+
+
+def failure_line(what: str, result: subprocess.CompletedProcess) -> str:
+    """The one line for a failed cosign command: its last error line, and, where the public Sigstore
+    services could not be reached while the transparency log is on, the switch that signs without them."""
+    line = f"cosign could not {what}: {last_error_line(result)}"
+    if transparency_log_flags(verifying=False) or not PUBLIC_SIGSTORE.search(result.stderr + result.stdout):
+        return line
+    return (f"{line}; the public Sigstore services cannot be reached from here: for a private registry or an "
+            "offline machine, sign with a key pair and COSIGN_TLOG=0 (docs/releases.md)")

@@ -17,7 +17,7 @@ import os
 import pathlib
 import sys
 
-from cosign_cli import TAG_ANNOTATION, last_error_line, run_cosign, transparency_log_flags
+from cosign_cli import TAG_ANNOTATION, failure_line, run_cosign, transparency_log_flags
 from provenance import provenance_file_name
 from sbom import sbom_file_name
 from tags import ReleaseError, compute_tags, read_labels, run_command
@@ -66,7 +66,7 @@ def attestation_files(release_dir: pathlib.Path, labels: dict[str, str]) -> list
 def _cosign_or_fail(what: str, *args: str) -> None:
     result = run_cosign(*args)
     if result.returncode != 0:
-        raise ReleaseError(f"cosign could not {what}: {last_error_line(result)}")
+        raise ReleaseError(failure_line(what, result))
 
 
 def sign(image: str, release_dir: str, key: str) -> list[str]:
