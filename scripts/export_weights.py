@@ -26,8 +26,8 @@ import warnings
 import torch
 import torch.distributed.checkpoint as dcp
 
-from trainer.checkpoint import (TRAINING_STATE_FILE, checkpoint_step, list_checkpoints_newest_first, missing_shard,
-                                save_checkpoint_atomically)
+from trainer.checkpoint import (TRAINING_STATE_FILE, DamagedCheckpoint, checkpoint_step, list_checkpoints_newest_first,
+                                missing_shard, read_failure, save_checkpoint_atomically)
 from trainer import huggingface
 from trainer.cli import OneLineErrorParser
 from trainer.model import build_model
@@ -65,7 +65,7 @@ def read_model_weights(path: pathlib.Path) -> dict[str, torch.Tensor]:
         return torch.load(path, map_location="cpu", weights_only=True)["model"]
     missing = missing_shard(path)
     if missing:
-        raise FileNotFoundError(missing)
+        raise DamagedCheckpoint(missing)
     config = read_config(path)
     vocab_size = None if config["vocab_size"] == "None" else int(config["vocab_size"])
     # The model built from the saved flags gives the names and full shapes; DCP fills them from the shards.
@@ -115,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             weights = read_model_weights(path)
         except Exception as error:  # truncated, missing shard, corrupt: try the previous one, as the trainer does
+            cause = read_failure(error)
+            if cause is not None:  # a refused read proves nothing: an older checkpoint would be the wrong weights
+                sys.exit(f"export_weights.py: error: cannot read checkpoint {path} ({cause.strerror or cause}): make "
+                         f"it readable (its permissions, the disk or the mount) and run the same command again")
             print(f"warning: checkpoint {path} is unreadable ({str(error).splitlines()[0]}); trying the previous one",
                   file=sys.stderr)
             continue

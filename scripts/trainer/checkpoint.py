@@ -90,7 +90,7 @@ def raise_if_write_error(error: BaseException, path: pathlib.Path) -> None:
     torch.save reports a failed write as a RuntimeError of its zip writer, and torch.distributed.checkpoint
     as a CheckpointException listing every rank's error; the OSError that says why is inside them.
     """
-    cause = write_error_cause(error)
+    cause = os_error_cause(error)
     if cause is None:
         return
     if cause.errno in OUT_OF_SPACE:
@@ -101,14 +101,14 @@ def raise_if_write_error(error: BaseException, path: pathlib.Path) -> None:
                                f"last checkpoint") from error
 
 
-def write_error_cause(error: BaseException | None) -> OSError | None:
-    """The OSError behind ERROR: in its chain of causes, or on any rank of a CheckpointException (an
-    out-of-space one first, as the likeliest to explain the others)."""
+def os_error_cause(error: BaseException | None) -> OSError | None:
+    """The OSError behind ERROR (a failed write or read): in its chain of causes, or on any rank of a
+    CheckpointException (an out-of-space one first, as the likeliest to explain the others)."""
     while error is not None:
         if isinstance(error, OSError) and error.errno is not None:
             return error
         if isinstance(error, CheckpointException):
-            causes = [cause for failure, _ in error.failures.values() if (cause := write_error_cause(failure))]
+            causes = [cause for failure, _ in error.failures.values() if (cause := os_error_cause(failure))]
             return min(causes, key=lambda cause: cause.errno not in OUT_OF_SPACE, default=None)
         error = error.__cause__ or error.__context__
     return None
@@ -210,7 +210,7 @@ class ShardWriter(dcp.FileSystemWriter):
         try:
             return super().write_data(plan, planner)
         except Exception as error:
-            cause = write_error_cause(error)
+            cause = os_error_cause(error)
             if cause is None:
                 raise
             raise OSError(cause.errno, cause.strerror) from error
@@ -250,16 +250,38 @@ class IncompatibleCheckpoint(Exception):
     """The newest checkpoint belongs to another model: resuming would fail or silently change the run."""
 
 
+class DamagedCheckpoint(Exception):
+    """A sharded checkpoint's own metadata proves part of it missing or cut short."""
+
+
+class CheckpointReadError(Exception):
+    """A checkpoint could not be read for a reason that is not damage (permissions, an I/O error of the
+    disk or of a network mount): the files stay where they are, and one line says what to fix."""
+
+
+def read_failure(error: BaseException) -> OSError | None:
+    """The OSError that kept a checkpoint from being read, when it proves nothing about the checkpoint.
+
+    Only damage moves a checkpoint aside: a format or unpickling error, a short file, a missing part. A
+    refused or failed read (EACCES, EIO, ESTALE...) may be gone on the next try, and moving every
+    checkpoint aside for it would restart training from step 0. A missing file inside a checkpoint
+    (ENOENT) is damage: saves are renamed into place whole.
+    """
+    cause = os_error_cause(error)
+    return cause if cause is not None and cause.errno != errno.ENOENT else None
+
+
 def load_newest_checkpoint(ckpt_dir: pathlib.Path, *, template: Callable[[], dict[str, Any]],
                            check_config: Callable[[dict[str, str]], str | None],
                            is_main: bool) -> dict[str, Any] | None:
-    """The state of the newest checkpoint that reads back whole; unreadable ones are moved aside and skipped.
+    """The state of the newest checkpoint that reads back whole; damaged ones are moved aside and skipped.
 
     TEMPLATE gives the current state dict, into which a sharded checkpoint's tensors are loaded (full
     tensors under DDP, this rank's shards under FSDP: DCP reshards on the way). CHECK_CONFIG returns a
     problem when the checkpoint's config cannot be resumed with the current flags; that raises
     IncompatibleCheckpoint before any tensor is loaded. Returns None when nothing is usable (a fresh
-    start). All ranks call this together: loading a sharded checkpoint is collective.
+    start). All ranks call this together: loading a sharded checkpoint is collective. Raises
+    CheckpointReadError, moving nothing, when a checkpoint cannot be read but is not proven damaged.
     """
     for path in list_checkpoints_newest_first(ckpt_dir):
         try:
@@ -267,6 +289,11 @@ def load_newest_checkpoint(ckpt_dir: pathlib.Path, *, template: Callable[[], dic
         except IncompatibleCheckpoint:
             raise
         except (Exception, CheckpointException) as error:  # truncated, missing, corrupt: "not usable"
+            cause = read_failure(error)
+            if cause is not None:
+                raise CheckpointReadError(f"cannot read checkpoint {path} ({cause.strerror or cause}); nothing was "
+                                          f"moved: make --ckpt-dir readable again (its permissions, the disk or "
+                                          f"the mount) and run the same command to resume") from error
             if is_main:
                 move_aside(path, error)
             continue
@@ -285,7 +312,7 @@ def read_checkpoint(path: pathlib.Path, template: Callable[[], dict[str, Any]],
         return state
     missing = missing_shard(path)
     if missing:
-        raise FileNotFoundError(missing)
+        raise DamagedCheckpoint(missing)
     state = torch.load(path / TRAINING_STATE_FILE, map_location="cpu", weights_only=True)
     problem = check_config(state["config"])
     if problem:
@@ -330,9 +357,14 @@ def missing_shard(path: pathlib.Path) -> str | None:
 
 
 def move_aside(path: pathlib.Path, error: BaseException) -> None:
-    """Renames an unreadable checkpoint (file or folder) to PATH.corrupt, with one line saying why."""
+    """Renames a damaged checkpoint (file or folder) to PATH.corrupt, with one line saying why."""
     reason = str(error).splitlines()[0] if str(error) else type(error).__name__
     corrupt = path.with_name(f"{path.name}.corrupt")
-    path.replace(corrupt)
+    try:
+        path.replace(corrupt)
+    except OSError as refused:
+        raise CheckpointReadError(f"checkpoint {path} is damaged ({reason}) and cannot be moved aside "
+                                  f"({refused.strerror}): move it out of --ckpt-dir yourself, or make the folder "
+                                  f"writable, and run the same command again") from None
     print(f"warning: checkpoint {path} is unreadable ({reason}); moved {path} aside to {corrupt} "
           f"and trying the previous one", flush=True)

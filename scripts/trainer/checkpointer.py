@@ -24,8 +24,8 @@ import torch.distributed as dist
 
 from trainer import prometheus
 from trainer.background_save import BackgroundSaver
-from trainer.checkpoint import (CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path, checkpoint_step,
-                                load_newest_checkpoint, remove_old_checkpoints, remove_temporaries,
+from trainer.checkpoint import (CheckpointReadError, CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path,
+                                checkpoint_step, load_newest_checkpoint, remove_old_checkpoints, remove_temporaries,
                                 save_checkpoint_atomically, save_sharded_checkpoint)
 from trainer.config import describe_model_change
 from trainer.folder_lock import FolderInUse, FolderLock
@@ -62,13 +62,20 @@ class Checkpointer:
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)  # every rank at once: exist_ok makes that safe
         self.agree_on(self.take_lock, status=2, told_by_rank_0=True)
         started = time.perf_counter()
+        unreadable = None
         try:
             loaded = load_newest_checkpoint(self.ckpt_dir, template=self.state.state_dict,
                                             check_config=self.resumable, is_main=self.placement.is_main)
         except IncompatibleCheckpoint as error:  # same answer on every rank: they read the same config
             raise CheckpointFailure(str(error), status=2) from None
-        found_steps: list[Any] = [None] * self.placement.world_size
-        dist.all_gather_object(found_steps, loaded["step"] if loaded else 0, group=self.group)
+        except CheckpointReadError as error:  # perhaps on this rank's node alone (its mount): all ranks stop
+            loaded, unreadable = None, str(error)
+        found: list[Any] = [None] * self.placement.world_size
+        dist.all_gather_object(found, (loaded["step"] if loaded else 0, unreadable), group=self.group)
+        problems = [problem for _, problem in found if problem]
+        if problems:
+            raise CheckpointFailure(problems[0], status=2)
+        found_steps = [step for step, _ in found]
         if len(set(found_steps)) > 1:
             raise CheckpointFailure(f"ranks found different checkpoints (steps {found_steps}): --ckpt-dir must be "
                                     f"shared by all nodes", status=1)

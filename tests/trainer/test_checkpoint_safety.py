@@ -66,6 +66,27 @@ def test_a_checkpoint_of_another_model_is_refused_with_one_line_naming_the_flags
     assert torch_host.file(f"{workdir}/ckpt/step_000002.pt").exists  # nothing lost
 
 
+@pytest.mark.tier("landing")
+def test_a_checkpoint_that_cannot_be_read_stops_both_ranks_in_one_line_and_stays(torch_host, scripts_dir, workdir):
+    """A refused read (here permissions; an NFS mount's EIO or ESTALE alike) proves nothing about the file:
+    moving it aside as corrupt would restart training from step 0."""
+    if torch_host.user().uid == 0:
+        pytest.skip("root reads a file of any mode: the trainer runs as the container's user in the image")
+    assert train(torch_host, scripts_dir, workdir, "--max-steps 2").rc == 0
+    torch_host.check_output(f"chmod 000 {workdir}/ckpt/step_000002.pt")
+    result = torch_host.run(f"cd {workdir} && {trainer_command(scripts_dir=scripts_dir)} {SHORT_RUN} "
+                            f"--ckpt-dir {workdir}/ckpt")
+    assert result.rc != 0, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("train_ddp.py: error:")]
+    assert errors == [f"train_ddp.py: error: cannot read checkpoint {workdir}/ckpt/step_000002.pt (Permission "
+                      "denied); nothing was moved: make --ckpt-dir readable again (its permissions, the disk or the "
+                      "mount) and run the same command to resume"], result.stderr
+    # torchrun's agent reports the failed workers with a traceback of its own (ChildFailedError); no worker does.
+    assert result.stderr.count("Traceback") == 1 and "ChildFailedError" in result.stderr, result.stderr
+    listed = torch_host.check_output(f"ls -A {workdir}/ckpt").split()
+    assert "step_000002.pt" in listed and not [name for name in listed if name.endswith(".corrupt")], listed
+
+
 def run_with_a_full_disk(torch_host, workdir: str, limit: str, inner: str):
     """Runs the shell command INNER with writes under WORKDIR/ckpt limited to 1 MiB, the way LIMIT says."""
     torch_host.check_output(f"mkdir {workdir}/ckpt")

@@ -9,7 +9,9 @@ tests/trainer runs the same code end to end (test_resume.py, test_checkpoint_saf
 from __future__ import annotations
 
 import argparse
+import errno
 import pathlib
+import pickle
 import warnings
 from collections.abc import Iterator
 
@@ -19,7 +21,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from trainer.checkpoint import (TRAINING_STATE_FILE, IncompatibleCheckpoint, checkpoint_path,
-                                list_checkpoints_newest_first, load_newest_checkpoint, missing_shard,
+                                list_checkpoints_newest_first, load_newest_checkpoint, missing_shard, read_failure,
                                 remove_old_checkpoints, remove_temporaries)
 from trainer.config import describe_model_change
 from trainer.data import ResumableDistributedSampler
@@ -158,3 +160,34 @@ def test_a_resumed_epoch_continues_the_same_order_after_the_samples_already_used
     assert list(resumed) == whole_epoch[24:] and len(resumed) == 40
     resumed.start_epoch(epoch=3, skip_samples=0)
     assert sorted(resumed) == dataset and list(resumed) != whole_epoch  # the next epoch reshuffles
+
+
+def chained(outer: Exception, cause: BaseException) -> Exception:
+    outer.__cause__ = cause
+    return outer
+
+
+@pytest.mark.parametrize("error", [
+    PermissionError(errno.EACCES, "Permission denied"),
+    OSError(errno.EIO, "Input/output error"),
+    chained(RuntimeError("PytorchStreamReader failed reading file data/0"), OSError(errno.ESTALE, "Stale file handle")),
+], ids=["permission", "io-error", "stale-nfs-inside-torch"])
+def test_a_refused_read_is_no_proof_of_damage(error):
+    assert read_failure(error) is not None
+
+
+@pytest.mark.parametrize("error", [
+    RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central directory"),
+    pickle.UnpicklingError("Weights only load failed"),
+    KeyError("config"),
+    FileNotFoundError(errno.ENOENT, "No such file or directory"),
+], ids=["truncated", "unpickling", "format", "missing-part"])
+def test_damage_is_what_a_read_proves(error):
+    assert read_failure(error) is None
+
+
+def test_a_damaged_checkpoint_is_moved_aside_and_the_previous_one_loaded(tmp_path):
+    torch.save({"config": {}, "step": 5}, checkpoint_path(tmp_path, 5, sharded=False))
+    checkpoint_path(tmp_path, 10, sharded=False).write_bytes(b"cut short")
+    state = load_newest_checkpoint(tmp_path, template=dict, check_config=lambda config: None, is_main=True)
+    assert state["step"] == 5 and names(tmp_path) == ["step_000005.pt", "step_000010.pt.corrupt"]
