@@ -28,7 +28,7 @@ from trainer.checkpoint import (CheckpointReadError, CheckpointWriteError, Incom
                                 checkpoint_step, load_newest_checkpoint, remove_old_checkpoints, remove_temporaries,
                                 save_checkpoint_atomically, save_sharded_checkpoint)
 from trainer.config import describe_model_change
-from trainer.folder_lock import FolderInUse, FolderLock
+from trainer.folder_lock import FolderInUse, FolderLock, StrayLockFile
 
 
 class CheckpointFailure(Exception):
@@ -166,7 +166,7 @@ class Checkpointer:
             return
         try:
             self.lock.acquire()
-        except FolderInUse as error:
+        except (FolderInUse, StrayLockFile) as error:
             raise CheckpointWriteError(str(error)) from None
         except OSError as error:
             raise CheckpointWriteError(f"--ckpt-dir {self.ckpt_dir}: cannot create its lock file {self.lock.path} "

@@ -11,16 +11,26 @@ job: the old rank 0 has exited, and with it its lock.
 from __future__ import annotations
 
 import datetime
+import errno
 import fcntl
 import os
 import pathlib
+import re
 import socket
+import stat
 
 LOCK_FILE = ".lock"
+# Only the job's own user may open the file: flock needs no write access, so anyone who can read a lock
+# file can hold its lock, and keep every job of ours out of the folder.
+LOCK_MODE = 0o600
 
 
 class FolderInUse(Exception):
     """Another live job holds the folder; the message names it."""
+
+
+class StrayLockFile(Exception):
+    """Something that is not a lock file (a link, a FIFO, a folder) sits at the lock's name."""
 
 
 class FolderLock:
@@ -31,23 +41,62 @@ class FolderLock:
         self.descriptor: int | None = None
 
     def acquire(self) -> None:
-        """Takes the lock and writes who holds it; raises FolderInUse naming the holder when it is taken."""
+        """Takes the lock and writes who holds it; raises FolderInUse naming the holder when it is taken,
+        and StrayLockFile when something else sits at the lock's name."""
         while True:
-            # O_NOFOLLOW: a link planted at the name is refused, never written through.
-            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            descriptor = self.open_lock_file()
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.read(descriptor, 512).decode(errors="replace").strip() or "a job that did not say"
+                written = os.read(descriptor, 512).decode(errors="replace").strip()
                 os.close(descriptor)
-                raise FolderInUse(f"--ckpt-dir {self.path.parent} is in use by another training job ({holder}): "
-                                  f"let it finish or stop it, or give this job another --ckpt-dir") from None
+                raise FolderInUse(self.in_use_line(written)) from None
             if self.is_still_named(descriptor):
                 break
             os.close(descriptor)  # the holder removed the file as we opened it: lock the new one
+        os.fchmod(descriptor, LOCK_MODE)  # a file an older version left readable to all
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, holder_description().encode(), 0)
         self.descriptor = descriptor
+
+    def open_lock_file(self) -> int:
+        """The lock file, opened for writing. O_NOFOLLOW refuses a link planted at the name instead of
+        writing through it, O_NONBLOCK keeps a FIFO there from hanging the job, and the check of what was
+        opened sends anything but a regular file to the person who can remove it."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            descriptor = os.open(self.path, flags, LOCK_MODE)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # a link, a folder, a socket
+                raise StrayLockFile(self.stray_line()) from None
+            raise
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # a FIFO or a device
+            os.close(descriptor)
+            raise StrayLockFile(self.stray_line())
+        return descriptor
+
+    def stray_line(self) -> str:
+        try:
+            mode = os.lstat(self.path).st_mode
+        except OSError:
+            mode = 0
+        kind = next((name for test, name in [(stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+                                             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")] if test(mode)),
+                    "not a regular file")
+        return (f"--ckpt-dir {self.path.parent}: {self.path} is {kind}, not the job's lock file; no job of ours "
+                f"made it: remove it (rm -r {self.path}) and run the same command again")
+
+    def in_use_line(self, written: str) -> str:
+        """Why the folder is taken: the job its lock file names, unless that job has ended on this host
+        (then the lock is held by a process that never wrote its name: not a training job of ours)."""
+        named = re.match(r"pid (\d+) on (\S+?),? ", written + " ")
+        if named and named[2] == socket.gethostname() and not process_exists(int(named[1])):
+            return (f"--ckpt-dir {self.path.parent} is locked by a process that is not a training job (its lock "
+                    f"file still names pid {named[1]}, which has ended): find the holder with `find /proc/*/fd "
+                    f"-lname {self.path} 2>/dev/null` and stop it, or give this job another --ckpt-dir")
+        holder = written or "a job that did not say"
+        return (f"--ckpt-dir {self.path.parent} is in use by another training job ({holder}): "
+                f"let it finish or stop it, or give this job another --ckpt-dir")
 
     def is_still_named(self, descriptor: int) -> bool:
         """Whether the locked file is still the one at our path (a holder that ends unlinks it first)."""
@@ -68,6 +117,16 @@ class FolderLock:
             pass  # a folder that became unwritable keeps the file; the next job still gets the lock
         os.close(self.descriptor)  # closing the last descriptor releases the flock
         self.descriptor = None
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def holder_description() -> str:
