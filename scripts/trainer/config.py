@@ -188,8 +188,12 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
     elif args.data_file is None and args.synthetic_samples < args.batch_size * world_size:
         return (f"--synthetic-samples {args.synthetic_samples} is smaller than one batch on every rank "
                 f"({args.batch_size} x {world_size} ranks); raise it or lower --batch-size")
-    if args.tensorboard_dir is not None and importlib.util.find_spec("tensorboard") is None:
-        return "--tensorboard-dir needs tensorboard, which is not installed; pip install tensorboard or drop it"
+    if args.tensorboard_dir is not None:
+        problem = check_folder_to_write("--tensorboard-dir", args.tensorboard_dir)
+        if problem:
+            return problem
+        if importlib.util.find_spec("tensorboard") is None:
+            return "--tensorboard-dir needs tensorboard, which is not installed; pip install tensorboard or drop it"
     if args.prometheus_port is not None and importlib.util.find_spec("prometheus_client") is None:
         return ("--prometheus-port needs prometheus_client, which is not installed; "
                 "pip install prometheus-client or drop it")
@@ -289,11 +293,17 @@ def check_token_file(path: pathlib.Path, *, seq_len: int, vocab_size: int, sampl
 
 def check_ckpt_dir(ckpt_dir: pathlib.Path) -> str | None:
     """A problem that would stop us creating or writing CKPT_DIR, found before training starts."""
-    nearest = next(path for path in [ckpt_dir, *ckpt_dir.parents] if path.exists())
+    return check_folder_to_write("--ckpt-dir", ckpt_dir)
+
+
+def check_folder_to_write(flag: str, folder: pathlib.Path) -> str | None:
+    """A problem that would stop FLAG's FOLDER being created (with its parents) or written, found before
+    the process group starts: a file in its path, or a nearest existing folder we may not write."""
+    nearest = next(path for path in [folder, *folder.parents] if path.exists())
     if not nearest.is_dir():
-        return f"--ckpt-dir {ckpt_dir}: {nearest} is not a directory"
+        return f"{flag} {folder}: {nearest} is not a directory"
     if not os.access(nearest, os.W_OK | os.X_OK):
-        return f"--ckpt-dir {ckpt_dir}: {nearest} is not writable"
+        return f"{flag} {folder}: {nearest} is not writable"
     return None
 
 

@@ -36,6 +36,18 @@ def test_a_checkpoint_folder_under_a_file_is_rejected_before_training(tmp_path, 
     assert "is not a directory" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag", ["--ckpt-dir", "--tensorboard-dir"])
+def test_an_output_folder_that_cannot_be_made_is_one_line_before_training(flag, tmp_path, capsys):
+    """--tensorboard-dir used to fail in SummaryWriter, a traceback on rank 0 once the process group ran."""
+    (tmp_path / "a-file").write_text("")
+    folders = {"--ckpt-dir": tmp_path / "ckpt", flag: tmp_path / "a-file" / "x"}
+    with pytest.raises(SystemExit) as stopped:
+        parse_config([word for name, folder in folders.items() for word in (name, str(folder))], world_size=1)
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(errors) == 1, errors
+    assert f"{flag} {tmp_path / 'a-file' / 'x'}: {tmp_path / 'a-file'} is not a directory" in errors[0], errors
+
+
 def test_checking_the_flags_never_writes_into_them(tmp_path):
     args = parse_config(["--model", "gpt-tiny", "--ckpt-dir", str(tmp_path / "ckpt")], world_size=1)
     assert (args.seq_len, args.vocab_size) == (256, 256)  # the model's defaults, filled in a copy
