@@ -38,3 +38,15 @@ def test_nobodys_id_is_accepted_with_the_warning_other_system_ids_get(image, var
     result = run_container_to_completion(image, command=["id"], options=["--shm-size=1g", "--env", f"{variable}=65534"])
     warnings = [line for line in result.stderr.splitlines() if f"{variable}=65534 is the image's own" in line]
     assert result.returncode == 0 and len(warnings) == 1 and owner in warnings[0], result.stderr
+
+
+@pytest.mark.parametrize("port, owner", [("8888", "JupyterLab's port (JUPYTER_CONTAINER_PORT)"),
+                                         ("2222", "sshd's port (SSH_CONTAINER_PORT)")], ids=["jupyter", "ssh"])
+def test_a_port_another_service_listens_on_stops_the_start_with_one_line(image, port, owner):
+    """Before, 8888 failed JupyterLab's start with a line blaming a Jupyter config, in a restart loop, and
+    2222 left sshd unbound while the container stayed healthy."""
+    result = run_container_to_completion(image, options=["--env", "ENABLE_GPU_EXPORTER=1",
+                                                         "--env", f"GPU_EXPORTER_PORT={port}"])
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert f"GPU_EXPORTER_PORT={port} is {owner}; set GPU_EXPORTER_PORT to a free port" in errors[0], errors

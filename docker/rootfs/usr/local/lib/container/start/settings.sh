@@ -37,8 +37,29 @@ check_gpu_exporter_address() {
     fatal "GPU_EXPORTER_ADDRESS='$value' is not an IP address; set it to one, such as 0.0.0.0 (every interface, the default) or 127.0.0.1"
 }
 
+# Every service of the container listens on a port of its own: two on one port would leave the second
+# failing to bind, blamed on its own configuration (JupyterLab's) or not at all (sshd's, while the
+# container stays healthy). The image's own ports come first, so the line names the setting that moved.
+check_ports_differ() {
+  local -A service=([JUPYTER_CONTAINER_PORT]=JupyterLab [SSH_CONTAINER_PORT]=sshd [GPU_EXPORTER_PORT]="the GPU exporter")
+  local -A enabled=([JUPYTER_CONTAINER_PORT]=$ENABLE_JUPYTER [SSH_CONTAINER_PORT]=$ENABLE_SSH
+                    [GPU_EXPORTER_PORT]=$ENABLE_GPU_EXPORTER)
+  local -A taken_by=()
+  local name port
+  for name in JUPYTER_CONTAINER_PORT SSH_CONTAINER_PORT GPU_EXPORTER_PORT; do
+    ((enabled[$name])) || continue
+    port=${!name:-}
+    if [[ -v taken_by[$port] ]]; then
+      fatal "$name=$port is ${service[${taken_by[$port]}]}'s port (${taken_by[$port]}); set $name to a free port," \
+            "or switch ${service[$name]} off"
+    fi
+    taken_by[$port]=$name
+  done
+}
+
 check_settings() {
   check_stop_timeout
   check_gpu_exporter_port
   check_gpu_exporter_address
+  check_ports_differ
 }
