@@ -67,3 +67,26 @@ def test_a_top_reading_a_pipe_from_other_work_is_a_reader_and_an_exited_one_is_n
         assert gone.pid not in table
     finally:
         ended(reader, writer)
+
+
+# Holds a pseudo-terminal whose other end runs `sleep` in a session of its own, as script(1) does.
+PTY_HOST = ("import os, pty, sys\n"
+            "pid, master = pty.fork()\n"
+            "if pid == 0:\n"
+            "    os.execvp('sleep', ['sleep', '600'])\n"
+            "print(pid, flush=True); sys.stdin.read()")
+
+
+def test_a_process_that_holds_a_terminal_with_a_session_in_it_is_seen_by_what_it_does():
+    host = subprocess.Popen([sys.executable, "-c", PTY_HOST], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        in_terminal = int(host.stdout.readline())
+        deadline = time.monotonic() + 10
+        while (table := process_table.snapshot(CONTAINER)).get(in_terminal, table[host.pid]).name != "sleep":
+            assert time.monotonic() < deadline, table.get(in_terminal)
+        assert table[host.pid].holds_terminal and table[host.pid].program is None  # no holder's name
+        assert not table[in_terminal].holds_terminal
+        assert not table[os.getpid()].holds_terminal
+    finally:
+        ended(host)

@@ -7,10 +7,12 @@ tests/image/test_stop*.py.
 """
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from stop_policy import (READER_DRAIN_S, Container, Process, everything_left, plan_signals, readers_to_signal,
-                         shells, user_work)
+                         sent_from_inside, shells, signal_meaning, user_work)
 
 SUPERVISOR = 7
 CONTAINER = Container(supervisor=SUPERVISOR, services=frozenset({10, 20}))
@@ -169,3 +171,74 @@ def test_step_3_hangs_up_the_shells_but_not_a_trainer_named_like_one():
 def test_kernel_threads_are_never_signalled():
     processes = table(Process(2, 0, "kthreadd", None, kernel_thread=True))
     assert 2 not in everything_left(processes, CONTAINER)
+
+
+@pytest.mark.parametrize(("number", "command_mode", "meaning"), [
+    (signal.SIGTERM, False, "stop"), (signal.SIGINT, True, "stop"),
+    # docker kill -s HUP, QUIT, a power-failure signal, a derived image's STOPSIGNAL: the orderly stop, not
+    # the sudden end of everything their default action was.
+    (signal.SIGHUP, False, "stop"), (signal.SIGQUIT, False, "stop"), (signal.SIGPWR, False, "stop"),
+    (signal.SIGRTMIN + 3, False, "stop"), (signal.SIGUSR1, False, "stop"),
+    # Beside a command, USR1 and USR2 go on to its work, as a batch scheduler's to a job.
+    (signal.SIGUSR1, True, "pass on"), (signal.SIGUSR2, True, "pass on"),
+    (signal.SIGWINCH, False, "ignore"), (signal.SIGTSTP, True, "ignore"), (signal.SIGCHLD, False, "ignore"),
+])
+def test_every_signal_an_operator_may_send_has_a_meaning(number, command_mode, meaning):
+    assert signal_meaning(number, command_mode) == meaning
+
+
+@pytest.mark.parametrize(("code", "sender", "own_namespace", "descends", "inside"), [
+    (0, 1, True, False, False),         # tini passing docker stop on
+    (0x80, 0, True, False, False),      # the kernel: a terminal's Ctrl-C
+    (0, 0, True, False, False),         # a sender outside the PID namespace
+    (0, 345, True, False, True),        # a user's `pkill python` (Kubeflow's runAsUser: the same uid)
+    (-6, 345, True, False, True),       # sigqueue from inside
+    (0, 4242, False, False, False),     # the host's PID namespace: a host process, not ours
+    (0, 601, False, True, True),        # ... one of the supervisor's descendants
+])
+def test_only_the_runtime_stops_the_container_never_a_process_of_its_own(code, sender, own_namespace, descends,
+                                                                        inside):
+    assert sent_from_inside(code, sender, 1, own_namespace, descends) is inside
+
+
+def pty_host(pid: int, parent: int, program: str = "script", command: str = "") -> Process:
+    return Process(pid, parent, program, program, command, holds_terminal=True)
+
+
+def test_a_terminal_held_by_a_program_of_any_name_is_not_hung_up_on_its_trainer():
+    # sshd's shell (12) runs `script -qfc 'python train_ddp.py'`: script (13) holds the trainer's (14)
+    # terminal. Signalled first, it would exit and the terminal would hang up on the trainer mid-save.
+    processes = table(Process(11, 10, "sshd", None), shell(12, 11), pty_host(13, 12), python(14, 13),
+                      python(15, 14))
+    plan = plan_signals(processes, CONTAINER)
+    assert plan.signal == (14,) and 13 in plan.work
+    # Once the trainer has ended, the holder is the top of what is left, signalled in its turn.
+    after = table(Process(11, 10, "sshd", None), shell(12, 11), pty_host(13, 12))
+    assert plan_signals(after, CONTAINER, known_tops=plan.tops).signal == (13,)
+
+
+def test_the_work_above_a_terminal_with_work_in_it_waits_too():
+    # An editor's server (node 13) runs its terminal host (node 14, holding the pty) whose shell (15) runs
+    # a trainer (16): neither node is signalled while the trainer runs.
+    editor = [Process(13, 12, "node", "node"), pty_host(14, 13, "node"), shell(15, 14), python(16, 15)]
+    processes = table(shell(12, 1), *editor)
+    assert plan_signals(processes, CONTAINER).signal == (16,)
+    idle = table(shell(12, 1), Process(13, 12, "node", "node"), pty_host(14, 13, "node"), shell(15, 14))
+    assert plan_signals(idle, CONTAINER).signal == (13,)
+
+
+def test_a_python_pty_host_is_a_holder_by_what_it_does_not_by_its_name():
+    processes = table(shell(12, 1), pty_host(13, 12, "python3.11", "python3 pty_host.py"), shell(14, 13),
+                      python(15, 14, TORCHRUN), python(16, 15), python(17, 15))
+    assert plan_signals(processes, CONTAINER).signal == (16, 17)
+
+
+def test_step_3_signals_the_trainer_below_a_launcher_that_ignored_its_sigterm_before_its_workers():
+    # A sweep launcher (13) that caught step 1's SIGTERM runs a trainer (14) with DataLoader workers (15, 16):
+    # the trainer is told first, alone, so its workers are not killed under it mid-save.
+    launcher = "python3 sweep.py"
+    processes = table(shell(12, 1), python(13, 12, launcher), python(14, 13), python(15, 14), python(16, 14))
+    assert plan_signals(processes, CONTAINER).signal == (13,)
+    assert plan_signals(processes, CONTAINER, told=frozenset({13})).signal == (14,)
+    orphans = table(shell(12, 1), python(13, 12, launcher), python(15, SUPERVISOR), python(16, SUPERVISOR))
+    assert plan_signals(orphans, CONTAINER, told=frozenset({13, 14})).signal == (15, 16)

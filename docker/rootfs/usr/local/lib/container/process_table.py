@@ -21,8 +21,9 @@ KERNEL_THREAD_FLAG = 0x00200000  # PF_KTHREAD, in /proc/PID/stat's flags
 # process's, not a thread's: only the supervisor's main thread reads the table, or sends signals.
 
 
-def read_stat(pid: str) -> tuple[int, str, str, int] | None:
-    """(parent, name, state, flags) from /proc/PID/stat, whose name may hold spaces and ')'."""
+def read_stat(pid: str) -> tuple[int, str, str, int, int, int] | None:
+    """(parent, name, state, flags, session, controlling terminal) from /proc/PID/stat, whose name may
+    hold spaces and ')'."""
     try:
         descriptor = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
@@ -35,7 +36,8 @@ def read_stat(pid: str) -> tuple[int, str, str, int] | None:
         os.close(descriptor)
     end = line.rfind(b")")
     fields = line[end + 2:].split(None, 7)  # state, parent, and on to the flags
-    return int(fields[1]), line[line.find(b"(") + 1:end].decode("utf-8", "replace"), fields[0].decode(), int(fields[6])
+    return (int(fields[1]), line[line.find(b"(") + 1:end].decode("utf-8", "replace"), fields[0].decode(),
+            int(fields[6]), int(fields[3]), int(fields[4]))
 
 
 def readlink(path: str) -> str | None:
@@ -51,6 +53,18 @@ def read_command(pid: int) -> str:
             return file.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
     except OSError:
         return ""
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether PID is ANCESTOR's descendant now, by the parents in /proc (stat only, any owner's)."""
+    for _ in range(stop_policy.MAX_DEPTH):
+        stat = read_stat(str(pid))
+        if stat is None:
+            return False
+        pid = stat[0]
+        if pid == ancestor:
+            return True
+    return False
 
 
 def is_alive(pid: int) -> bool:
@@ -115,6 +129,28 @@ def read_program_and_command(pid: int, name: str) -> tuple[str | None, str]:
     return program, read_command(pid) if stop_policy.may_be_python(program or name) else ""
 
 
+def holds_pty_master(pid: int) -> bool:
+    """Whether PID has a pseudo-terminal's master open (/dev/ptmx, /dev/pts/ptmx in a container): it
+    holds that terminal, as script(1), an editor's terminal server or a web terminal do. One whose
+    descriptors cannot be read counts as holding one: then its terminal's work is stopped first."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True
+    return any((readlink(f"/proc/{pid}/fd/{name}") or "").rsplit("/", 1)[-1] == "ptmx" for name in names)
+
+
+def terminal_hosts(rows: dict[int, tuple[int, str, int, int]], owners: dict[int, tuple[int, int]]) -> set[int]:
+    """The processes that hold a terminal in which another session runs: a parent of a session leader
+    whose controlling terminal is not the parent's own. Only these few have their descriptors read, and
+    none a holder by name already is (sshd, tmux, a shell)."""
+    candidates = sorted({parent for pid, (parent, _, session, tty) in rows.items()
+                         if session == pid and tty and parent in rows and rows[parent][3] != tty
+                         and not stop_policy.is_holder_by_name(rows[parent][1])})
+    found = read_as_owners(candidates, holds_pty_master, owners)
+    return {pid for pid, holds in found.items() if holds}
+
+
 def read_outputs(pid: int) -> frozenset[str]:
     links = (readlink(f"/proc/{pid}/fd/1"), readlink(f"/proc/{pid}/fd/2"))
     return frozenset(link for link in links if link and link.startswith("pipe:"))
@@ -125,7 +161,7 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
     PIPES, the stdin of each top of the user's work, and where one is a pipe, every work's outputs.
     Most processes need only their stat: at 5,000 processes each further read per process is felt in
     how soon the stop signals (BENCHMARKS.md, "The resident supervisor")."""
-    rows: dict[int, tuple[int, str]] = {}
+    rows: dict[int, tuple[int, str, int, int]] = {}
     table: stop_policy.Table = {}
     owners: dict[int, tuple[int, int]] = {}
     for entry in os.listdir("/proc"):
@@ -134,17 +170,19 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
         stat = read_stat(entry)
         if stat is None or stat[2] == "Z":
             continue
-        pid, (parent, name, _, flags) = int(entry), stat
+        pid, (parent, name, _, flags, session, tty) = int(entry), stat
         if flags & KERNEL_THREAD_FLAG:
             table[pid] = stop_policy.Process(pid, parent, name, kernel_thread=True)
         else:
-            rows[pid] = (parent, name)
-    worth_reading = [pid for pid, (_, name) in rows.items()
+            rows[pid] = (parent, name, session, tty)
+    worth_reading = [pid for pid, (_, name, _, _) in rows.items()
                      if stop_policy.is_holder_by_name(name) or stop_policy.may_be_python(name)]
     details = read_as_owners(worth_reading, lambda pid: read_program_and_command(pid, rows[pid][1]),
                            owners)
-    for pid, (parent, name) in rows.items():
-        table[pid] = stop_policy.Process(pid, parent, name, *details.get(pid, (None, "")))
+    hosts = terminal_hosts(rows, owners)
+    for pid, (parent, name, _, _) in rows.items():
+        program, command = details.get(pid, (None, ""))
+        table[pid] = stop_policy.Process(pid, parent, name, program, command, holds_terminal=pid in hosts)
     if not pipes:
         return table
     work = stop_policy.user_work(table, container)
@@ -155,5 +193,5 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
     for pid in stdin.keys() | outputs.keys():
         row = table[pid]  # built again rather than dataclasses.replace(), which costs twice as much
         table[pid] = stop_policy.Process(pid, row.parent, row.name, row.program, row.command, row.kernel_thread,
-                                         stdin.get(pid), outputs.get(pid, frozenset()))
+                                         stdin.get(pid), outputs.get(pid, frozenset()), row.holds_terminal)
     return table

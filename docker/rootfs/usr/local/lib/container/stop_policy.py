@@ -15,9 +15,14 @@ own. The supervisor (supervisor.py) stops the container in three steps, and this
        signalled with its writers ends it with 143. A reader is a top whose stdin is a pipe that other
        work writes; one still running READER_DRAIN_S after its writers are gone does not end at the end
        of its input (a trainer fed by `yes |`), and is signalled then.
+     A process of any name that holds a terminal with work in it (script(1), an editor's terminal
+     server) is not signalled, nor the work above it, until that work has ended (holding_terminals).
   2. Wait for the user's work, up to STOP_TIMEOUT. Work whose top exits first (a launcher that does not
      pass SIGTERM on: `flock`, a sweep script's subprocess.run) has a new top, signalled in its turn.
-  3. SIGTERM to everything left, the services included, and wait for all of it.
+  3. The work still running below what ignored its SIGTERM is signalled as in step 1, tops first (TOLD);
+     then SIGTERM to everything left, the services included, and wait for all of it.
+signal_meaning and sent_from_inside decide what a signal sent to the supervisor means, and whether it
+came from the runtime at all.
 Holders are told by their executable, which no process can rename: `setproctitle` and `exec -a` change
 only the name and the command line. Where the executable cannot be read (sshd's session process drops
 its privileges without an exec), the name decides. The Jupyter servers and notebook kernels are Python
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import signal
 
 # Programs that hold sessions open (basenames of /proc/PID/exe). The Jupyter servers and notebook
 # kernels are Python programs, told by their command line (JUPYTER_COMMAND).
@@ -52,7 +58,8 @@ MAX_DEPTH = 64
 class Process:
     """One row of /proc. program: the basename of its executable, None where it could not be read.
     command: its command line, read for Python programs only. stdin, outputs: the pipes on fd 0 and on
-    fds 1 and 2 ("pipe:[1234]")."""
+    fds 1 and 2 ("pipe:[1234]"). holds_terminal: it holds the master of a terminal in which another
+    session runs (script(1), an editor's terminal server, a web terminal)."""
     pid: int
     parent: int
     name: str
@@ -61,6 +68,7 @@ class Process:
     kernel_thread: bool = False
     stdin: str | None = None
     outputs: frozenset[str] = frozenset()
+    holds_terminal: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +162,34 @@ def work_below(children: dict[int, list[int]], top: int, work: set[int]) -> list
     return found
 
 
+def descendants(children: dict[int, list[int]], pid: int) -> list[int]:
+    found, frontier = [], [pid]
+    for _ in range(MAX_DEPTH):
+        frontier = [child for parent in frontier for child in children.get(parent, ())]
+        if not frontier:
+            break
+        found += frontier
+    return found
+
+
+def holding_terminals(table: Table, work: set[int], children: dict[int, list[int]]) -> set[int]:
+    """The work that holds a terminal with other work still running in it, and the work above it. None
+    of it is signalled yet: a holder that ends makes its terminal hang up on the jobs in it, whatever its
+    name (script, an editor's terminal server). Once that work has ended, the holder is work like any
+    other, signalled in its turn."""
+    held: set[int] = set()
+    for pid in work:
+        if table[pid].holds_terminal and any(below in work and not table[below].holds_terminal
+                                             for below in descendants(children, pid)):
+            up = pid
+            for _ in range(MAX_DEPTH):
+                if up not in work or up in held:
+                    break
+                held.add(up)
+                up = table[up].parent
+    return held
+
+
 def pipe_writers(table: Table, reader: int, work: set[int]) -> frozenset[int]:
     """The work, other than READER, that writes the pipe on READER's stdin. A pipe that only holders
     write (`while ...; done | python train.py`) makes no reader: its holder stops last."""
@@ -173,20 +209,23 @@ class Plan:
     work: frozenset[int]
 
 
-def plan_signals(table: Table, container: Container, known_tops: frozenset[int] = frozenset()) -> Plan:
-    """What step 1 signals for the tops not in KNOWN_TOPS (an earlier plan handled those)."""
+def plan_signals(table: Table, container: Container, known_tops: frozenset[int] = frozenset(),
+                 told: frozenset[int] = frozenset()) -> Plan:
+    """What step 1 signals for the tops not in KNOWN_TOPS (an earlier plan handled those). Work in TOLD
+    got its SIGTERM already and is still running: step 3 plans below it, as if it held a session."""
     work = user_work(table, container)
     children = children_of(table)
     signal: list[int] = []
     readers: dict[int, frozenset[int]] = {}
-    new_tops = [top for top in tops(table, work) if top not in known_tops]
+    movable = work - holding_terminals(table, work, children) - told
+    new_tops = [top for top in tops(table, movable) if top not in known_tops]
     for top in new_tops:
         writers = pipe_writers(table, top, work)
         if writers:
             readers[top] = writers
             continue
-        agents = [pid for pid in work_below(children, top, work) if is_torchrun(table[pid])]
-        workers = [child for agent in agents for child in children.get(agent, ()) if child in work]
+        agents = [pid for pid in work_below(children, top, movable) if is_torchrun(table[pid])]
+        workers = [child for agent in agents for child in children.get(agent, ()) if child in movable]
         # A torchrun still in its rendezvous has no workers yet: it (or its wrapper) gets the signal.
         signal += workers if workers else [top]
     return Plan(tuple(signal), readers, frozenset(new_tops), frozenset(work))
@@ -207,7 +246,8 @@ def readers_to_signal(readers: dict[int, frozenset[int]], alive: set[int], write
 
 
 def everything_left(table: Table, container: Container) -> list[int]:
-    """Step 3: every process of the container, services and holders included."""
+    """Step 3, after the work still running was signalled tops first (plan_signals with what was told):
+    every process of the container, services and holders included."""
     return sorted(in_container(table, container))
 
 
@@ -215,3 +255,35 @@ def shells(table: Table, pids: list[int]) -> list[int]:
     """The shells among PIDS: an interactive one ignores SIGTERM, and ends on SIGHUP."""
     return [pid for pid in pids
             if (table[pid].program or table[pid].name) in ("bash", "sh", "dash", "zsh", "fish")]
+
+
+# ---- signals sent to the supervisor --------------------------------------------------------------
+
+# What no operator means as "stop": a child's end (reaped), job control and a terminal's size.
+NOT_A_STOP = frozenset({signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, signal.SIGWINCH, signal.SIGTSTP,
+                        signal.SIGTTIN, signal.SIGTTOU})
+# What a job's own scheduler sends its job's processes (Slurm's --signal=USR1@60, "checkpoint now").
+PASSED_ON = frozenset({signal.SIGUSR1, signal.SIGUSR2})
+
+
+def signal_meaning(number: int, command_mode: bool) -> str:
+    """What a signal to the supervisor means: "stop" for every signal whose default would end a process
+    (HUP, QUIT, TERM, INT, PWR, a derived image's STOPSIGNAL: the orderly stop, never a sudden end of
+    everything), "pass on" for USR1 and USR2 beside a command (to its work, as a batch job's processes
+    get them), and "ignore" for the rest."""
+    if number in NOT_A_STOP:
+        return "ignore"
+    if command_mode and number in PASSED_ON:
+        return "pass on"
+    return "stop"
+
+
+def sent_from_inside(code: int, sender: int, parent: int, own_pid_namespace: bool, sender_descends: bool) -> bool:
+    """Whether a signal came from a process of the container itself (a user's `pkill python` matching the
+    supervisor): only the runtime stops the container. The runtime's signals come through tini, our
+    parent (`docker stop`, the kubelet), from outside the PID namespace (sender 0), or from the kernel
+    (CODE > 0: a terminal's Ctrl-C). Without a PID namespace of our own, only the supervisor's
+    descendants (SENDER_DESCENDS) are the container's."""
+    if code > 0 or sender in (0, parent):
+        return False
+    return own_pid_namespace or sender_descends

@@ -38,10 +38,20 @@ FIRST_POLL_S = 0.02
 POLL_S = 0.2
 RESCAN_EVERY_S = 1.0    # at most this often, after some of the work exited, the table is read again
 SERVICES_STOP_S = 10    # step 3 waits this long for what it signalled, then SIGKILLs what is left
+# Step 3 first gives the work still running, top first, this long to end before everything else gets
+# SIGTERM: a trainer below a launcher that ignored step 1 saves before its DataLoader workers are signalled.
+# compose's 30 s grace less the default STOP_TIMEOUT of 25 s leaves about 5 s for all of step 3.
+WORK_FIRST_S = 3
 COMMAND_ENDS_S = 2      # how long a command whose work has ended may take to end by itself
 DESCRIBED_AT_MOST = 8
 PR_SET_CHILD_SUBREAPER = 36
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+# Every signal an operator may send is waited for, never left to its default action, which would end the
+# supervisor at once and everything with it (stop_policy.signal_meaning says what each one means). The
+# faults stay a crash's, and SIGPIPE and SIGXFSZ stay ignored, as Python leaves them.
+FAULTS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT, signal.SIGTRAP,
+                    signal.SIGSYS})
+WAITED_SIGNALS = frozenset(signal.valid_signals()) - FAULTS - {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL,
+                                                                 signal.SIGSTOP}
 
 
 def log(message: str) -> None:
@@ -204,6 +214,7 @@ class Stop:
         self.container, self.children, self.timeout_s, self.command = container, children, timeout_s, command
         self.clean = True
         self.work_ended = True
+        self.told: set[int] = set()  # the work that got its SIGTERM, and the tops an earlier plan handled
 
     def stop_user_work(self) -> None:
         """Steps 1 and 2. Each pass checks only the work found alive at the last; after a pass in which
@@ -247,6 +258,7 @@ class Stop:
                     f"their input ended: {describe(drained, table)}")
                 signalled |= set(drained)
             work = alive
+        self.told = known | signalled
         if failed:
             self.clean = False
             warn(f"could not signal {describe(failed, table)}")
@@ -255,6 +267,25 @@ class Stop:
             warn(f"still running after {self.timeout_s} s, stopped with the services now: {describe(work, table)}")
         else:
             log("your processes have exited")
+
+    def stop_work_still_running(self) -> None:
+        """Step 3's start: the work below what ignored its SIGTERM gets step 1's signal now, tops first,
+        and WORK_FIRST_S to end, before everything else is signalled at once."""
+        deadline = time.monotonic() + WORK_FIRST_S
+        waiting: set[int] = set()
+        while time.monotonic() < deadline:
+            table = process_table.snapshot(self.container)
+            fresh = [pid for pid in stop_policy.plan_signals(table, self.container, told=frozenset(self.told)).signal
+                     if pid not in self.told]
+            if fresh:
+                send(signal.SIGTERM, fresh)
+                log(f"stopping: SIGTERM to work below what is still running, tops first: {describe(fresh, table)}")
+                self.told |= set(fresh)
+                waiting |= set(fresh)
+            waiting = still_alive(waiting)
+            if not waiting:
+                return
+            self.children.pause(POLL_S)
 
     def stop_everything_left(self) -> None:
         """Step 3: sshd and its sessions, tmux, shells, JupyterLab. Waits for everything it signalled,
@@ -291,6 +322,8 @@ class Stop:
         # The stop signals stay blocked: a second `docker stop` does not cut the orderly stop short.
         self.stop_user_work()
         self.wait_for_the_command()
+        if not self.work_ended:
+            self.stop_work_still_running()
         self.stop_everything_left()
         if self.clean:
             log("stopped cleanly")
@@ -350,21 +383,72 @@ class HubActivity:
 
 # ---- the main loop -------------------------------------------------------------------------------
 
-def wait_for_event(children: Children, watched: set[int], activity: HubActivity | None) -> tuple[str, int]:
-    """Blocks until a stop signal ("stop", its number) or the end of a watched child ("ended", its PID)."""
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # a realtime signal past SIGRTMIN
+        return f"signal {number}"
+
+
+class Signals:
+    """What the signals sent to the supervisor mean here: the runtime's stop, ignored, or passed on."""
+
+    def __init__(self, container: stop_policy.Container, command_mode: bool) -> None:
+        self.container, self.command_mode = container, command_mode
+
+    def take(self, info: signal.struct_siginfo) -> bool:
+        """Acts on one signal; True when it stops the container."""
+        number = info.si_signo
+        meaning = stop_policy.signal_meaning(number, self.command_mode)
+        if meaning == "ignore":
+            return False
+        descends = not self.container.own_pid_namespace and process_table.descends_from(info.si_pid,
+                                                                                        self.container.supervisor)
+        if stop_policy.sent_from_inside(info.si_code, info.si_pid, os.getppid(), self.container.own_pid_namespace,
+                                        descends):
+            warn(f"ignored {signal_name(number)} from process {info.si_pid} "
+                 f"({process_table.read_command(info.si_pid)[:60] or 'gone'}) of this container: only the "
+                 "container's runtime stops it (docker stop)")
+            return False
+        if meaning == "pass on":
+            table = process_table.snapshot(self.container)
+            targets = stop_policy.plan_signals(table, self.container).signal
+            send(signal.Signals(number), targets)
+            log(f"passed {signal_name(number)} on to your work: {describe(targets, table) or 'none is running'}")
+            return False
+        if number not in (signal.SIGTERM, signal.SIGINT):
+            log(f"{signal_name(number)} received: stopping as docker stop does")
+        return True
+
+
+def wait_for_event(children: Children, watched: set[int], activity: HubActivity | None,
+                   signals: Signals) -> tuple[str, int]:
+    """Blocks until a signal that stops the container ("stop", its number) or the end of a watched child
+    ("ended", its PID)."""
     while True:
         for pid in children.reap():
             if pid in watched:
                 return "ended", pid
         if activity is None:
-            info = signal.sigwaitinfo(STOP_SIGNALS | {signal.SIGCHLD})
+            info = signal.sigwaitinfo(WAITED_SIGNALS)
         else:
-            info = signal.sigtimedwait(STOP_SIGNALS | {signal.SIGCHLD}, activity.seconds_left())
+            info = signal.sigtimedwait(WAITED_SIGNALS, activity.seconds_left())
             if info is None:
                 activity.look()
                 continue
-        if info.si_signo in STOP_SIGNALS:
+        if info.si_signo != signal.SIGCHLD and signals.take(info):
             return "stop", info.si_signo
+
+
+def stop_what_the_command_left(stop: Stop, container: stop_policy.Container, status: int) -> None:
+    """Work the command started in the background and left running would be SIGKILLed with the
+    container, mid-save and without a word: it gets the stop `docker stop` gives."""
+    table = process_table.snapshot(container, pipes=False)
+    left = stop_policy.user_work(table, container)
+    if left:
+        log(f"the command exited (status {status}) and left work running; stopping it as docker stop does: "
+            f"{describe(sorted(left), table)}")
+        stop.run()
 
 
 def cannot_run(command: str, error: OSError) -> int:
@@ -397,7 +481,7 @@ def main(argv: list[str]) -> int:
     command_mode = settings["mode"] == "command"
     if command_mode and settings["at_a_terminal"]:
         return run_in_place(settings, rest)
-    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS | {signal.SIGCHLD})
+    signal.pthread_sigmask(signal.SIG_BLOCK, WAITED_SIGNALS)
     # The orphans of the user's work (a launcher that exited) become our children: they stay in our
     # tree, which is all the stop looks at without a PID namespace of our own.
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -425,10 +509,12 @@ def main(argv: list[str]) -> int:
     activity = None
     if settings["spawned_by_hub"] and not command_mode and os.environ.get("JUPYTERHUB_API_URL"):
         activity = HubActivity(container)
-    event, which = wait_for_event(children, set(services), activity)
+    event, which = wait_for_event(children, set(services), activity, Signals(container, command_mode))
     if command:
         if event == "stop":
             stop.run()
+        else:
+            stop_what_the_command_left(stop, container, children.status[command])
         # The command's exit status is the container's: torchrun's, 0 when its workers saved.
         return children.status_of(command)
     if event == "stop":
