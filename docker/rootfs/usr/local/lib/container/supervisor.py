@@ -457,19 +457,29 @@ def cannot_run(command: str, error: OSError) -> int:
     return 127
 
 
-def run_in_place(settings: dict[str, Any], command: list[str]) -> int:
-    """At a terminal (docker run -it) the command takes this process's place, so Ctrl-C and job control
-    stay its own; `docker stop` then signals the command itself."""
-    relay_limit_warnings(settings["limit_checks"])
-    start_gpu_exporter(settings)
-    mark_started()
-    for number in (signal.SIGPIPE, signal.SIGXFSZ):
-        signal.signal(number, signal.SIG_DFL)
-    argv = [*settings["as_user"], *command]
+def spawn_at_the_terminal(argv: list[str], name: str) -> int:
+    """Starts ARGV at the container's terminal (docker run -it): in a process group of its own in this
+    session, made the terminal's foreground group, so Ctrl-C, Ctrl-Z and the terminal's size reach it and
+    not the supervisor, which stays to stop its work in order on `docker stop` (an interactive shell
+    ignores SIGTERM, and the jobs typed at its prompt run in process groups of their own)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setpgid(0, 0)
+            os.tcsetpgrp(0, os.getpid())  # allowed from the background: SIGTTOU is still blocked here
+            for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
+                signal.signal(number, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            os.execvp(argv[0], argv)
+        except OSError as error:
+            os.write(2, f"[start] ERROR: cannot run {name}: {error.strerror}; check the command's name and "
+                        f"PATH\n".encode())
+        os._exit(127)
     try:
-        os.execvp(argv[0], argv)
-    except OSError as error:
-        return cannot_run(command[0], error)
+        os.setpgid(pid, pid)  # here too, as shells do: whichever runs first
+    except OSError:
+        pass  # the child is in its group already, or has exec'd and set it
+    return pid
 
 
 def main(argv: list[str]) -> int:
@@ -479,8 +489,6 @@ def main(argv: list[str]) -> int:
     with open(settings_path, encoding="utf-8") as file:
         settings = json.load(file)
     command_mode = settings["mode"] == "command"
-    if command_mode and settings["at_a_terminal"]:
-        return run_in_place(settings, rest)
     signal.pthread_sigmask(signal.SIG_BLOCK, WAITED_SIGNALS)
     # The orphans of the user's work (a launcher that exited) become our children: they stay in our
     # tree, which is all the stop looks at without a PID namespace of our own.
@@ -488,8 +496,10 @@ def main(argv: list[str]) -> int:
     children = Children()
     command, started = None, True
     if command_mode:
+        argv = [*settings["as_user"], *rest]
         try:
-            command = spawn([*settings["as_user"], *rest], stdin=True)
+            command = (spawn_at_the_terminal(argv, rest[0]) if settings["at_a_terminal"]
+                       else spawn(argv, stdin=True))
         except OSError as error:
             return cannot_run(rest[0], error)
         services = {command: "command"}
