@@ -188,11 +188,14 @@ def describe(pids: list[int] | tuple[int, ...] | set[int], table: stop_policy.Ta
 
 
 def send(number: signal.Signals, pids: list[int] | tuple[int, ...]) -> list[int]:
-    """Signals each; returns those that still exist but could not be signalled."""
+    """Signals each; returns those that still exist but could not be signalled. A SIGTERM is followed by
+    SIGCONT: a job stopped with Ctrl-Z acts on its SIGTERM only once it runs again."""
     failed = []
     for pid in pids:
         try:
             os.kill(pid, number)
+            if number == signal.SIGTERM:
+                os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
         except OSError:
@@ -258,7 +261,7 @@ class Stop:
                     f"their input ended: {describe(drained, table)}")
                 signalled |= set(drained)
             work = alive
-        self.told = known | signalled
+        self.told = signalled | (known - readers.keys())  # a reader left to drain got no SIGTERM yet
         if failed:
             self.clean = False
             warn(f"could not signal {describe(failed, table)}")
@@ -272,10 +275,13 @@ class Stop:
         """Step 3's start: the work below what ignored its SIGTERM gets step 1's signal now, tops first,
         and WORK_FIRST_S to end, before everything else is signalled at once."""
         deadline = time.monotonic() + WORK_FIRST_S
+        # Planned below what ignored steps 1 and 2 only: what this step signals is not passed over in
+        # turn while it saves, so its DataLoader workers wait until it has exited.
+        ignored = frozenset(self.told)
         waiting: set[int] = set()
         while time.monotonic() < deadline:
             table = process_table.snapshot(self.container)
-            fresh = [pid for pid in stop_policy.plan_signals(table, self.container, told=frozenset(self.told)).signal
+            fresh = [pid for pid in stop_policy.plan_signals(table, self.container, told=ignored).signal
                      if pid not in self.told]
             if fresh:
                 send(signal.SIGTERM, fresh)
@@ -457,6 +463,22 @@ def cannot_run(command: str, error: OSError) -> int:
     return 127
 
 
+def run_in_place(settings: dict[str, Any], command: list[str]) -> int:
+    """At a terminal in the host's PID namespace (`apptainer run` from a shell) the command takes this
+    process's place: the caller's shell sees this process as its job, and Ctrl-Z must stop the whole of
+    it for `fg` to work. The command then gets `docker stop`'s signal itself."""
+    relay_limit_warnings(settings["limit_checks"])
+    start_gpu_exporter(settings)
+    mark_started()
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(number, signal.SIG_DFL)
+    argv = [*settings["as_user"], *command]
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as error:
+        return cannot_run(command[0], error)
+
+
 def spawn_at_the_terminal(argv: list[str], name: str) -> int:
     """Starts ARGV at the container's terminal (docker run -it): in a process group of its own in this
     session, made the terminal's foreground group, so Ctrl-C, Ctrl-Z and the terminal's size reach it and
@@ -466,7 +488,10 @@ def spawn_at_the_terminal(argv: list[str], name: str) -> int:
     if pid == 0:
         try:
             os.setpgid(0, 0)
-            os.tcsetpgrp(0, os.getpid())  # allowed from the background: SIGTTOU is still blocked here
+            try:
+                os.tcsetpgrp(0, os.getpid())  # allowed from the background: SIGTTOU is still blocked here
+            except OSError:
+                pass  # stdin is a terminal but not this session's: the command runs, without job control
             for number in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
                 signal.signal(number, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
@@ -474,7 +499,8 @@ def spawn_at_the_terminal(argv: list[str], name: str) -> int:
         except OSError as error:
             os.write(2, f"[start] ERROR: cannot run {name}: {error.strerror}; check the command's name and "
                         f"PATH\n".encode())
-        os._exit(127)
+        finally:
+            os._exit(127)  # never back into this program's main, whatever went wrong
     try:
         os.setpgid(pid, pid)  # here too, as shells do: whichever runs first
     except OSError:
@@ -489,6 +515,8 @@ def main(argv: list[str]) -> int:
     with open(settings_path, encoding="utf-8") as file:
         settings = json.load(file)
     command_mode = settings["mode"] == "command"
+    if command_mode and settings["at_a_terminal"] and not settings["own_pid_namespace"]:
+        return run_in_place(settings, rest)
     signal.pthread_sigmask(signal.SIG_BLOCK, WAITED_SIGNALS)
     # The orphans of the user's work (a launcher that exited) become our children: they stay in our
     # tree, which is all the stop looks at without a PID namespace of our own.
