@@ -198,9 +198,10 @@ test: test-unit build ## The landing tier: unit tests, then build the image and 
 
 .PHONY: test-all
 test-all: ## The full tier: every test, on each of FLAVORS (cpu: every suite; gpu: the image's suites)
-	$(if $(filter cpu,$(FLAVORS)),$(MAKE) test FLAVOR=cpu TIER=full)
-	$(if $(filter gpu,$(FLAVORS)),$(MAKE) test-image FLAVOR=gpu TIER=full \
-	  PYTEST_ARGS="$(PYTEST_ARGS) $(GPU_PASS_SKIPS)")
+	@status=0; \
+	$(if $(filter cpu,$(FLAVORS)),$(MAKE) test FLAVOR=cpu TIER=full || status=$$?;) \
+	$(if $(filter gpu,$(FLAVORS)),$(MAKE) test-image FLAVOR=gpu TIER=full PYTEST_ARGS="$(PYTEST_ARGS) $(GPU_PASS_SKIPS)" || status=$$?;) \
+	exit $$status  # a failing flavor does not keep the other from being tested
 
 .PHONY: test-image
 test-image: build $(TEST_VENV) ## Build the image, then run the tier's tests of the image itself (tests/image, tests/runtimes)

@@ -47,7 +47,7 @@ def get_with_token(url: str, timeout: float = 90) -> requests.Response:
     def answered() -> requests.Response | None:
         try:
             response = requests.get(url, headers={"Authorization": f"token {TOKEN}"}, timeout=HTTP_TIMEOUT_S)
-        except requests.ConnectionError as error:
+        except (requests.ConnectionError, requests.Timeout) as error:  # not up yet, or too busy to answer
             last[:] = [error]
             return None
         last[:] = [response]
