@@ -10,7 +10,11 @@ set -euo pipefail
 readonly NEEDED_MAJOR=25
 
 if (($# == 0)); then
+  # Podman, through its docker shim or its API socket: not a Docker Engine, and its own builder.
   if docker --version 2>/dev/null | grep -qi podman; then exit 0; fi
+  if docker version --format '{{range .Server.Components}}{{.Name}} {{end}}' 2>/dev/null | grep -qi podman; then
+    exit 0
+  fi
   version=$(docker version --format '{{.Server.Version}}' 2>/dev/null) || version=
   [[ -n $version ]] || {
     echo "no Docker engine answers here: start it (sudo systemctl start docker), or check that your user may use it" >&2

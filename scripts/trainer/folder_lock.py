@@ -16,6 +16,7 @@ import fcntl
 import os
 import pathlib
 import re
+import shlex
 import socket
 import stat
 
@@ -54,7 +55,11 @@ class FolderLock:
             if self.is_still_named(descriptor):
                 break
             os.close(descriptor)  # the holder removed the file as we opened it: lock the new one
-        os.fchmod(descriptor, LOCK_MODE)  # a file an older version left readable to all
+        if os.fstat(descriptor).st_mode & 0o077:  # a file an older version left readable to all
+            try:
+                os.fchmod(descriptor, LOCK_MODE)
+            except OSError:
+                pass  # a file system without modes (vfat, some network mounts): nothing to narrow
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, holder_description().encode(), 0)
         self.descriptor = descriptor
@@ -93,7 +98,8 @@ class FolderLock:
         if named and named[2] == socket.gethostname() and not process_exists(int(named[1])):
             return (f"--ckpt-dir {self.path.parent} is locked by a process that is not a training job (its lock "
                     f"file still names pid {named[1]}, which has ended): find the holder with `find /proc/*/fd "
-                    f"-lname {self.path} 2>/dev/null` and stop it, or give this job another --ckpt-dir")
+                    f"-lname {shlex.quote(str(self.path.resolve()))} 2>/dev/null` and stop it, or give this job "
+                    f"another --ckpt-dir")
         holder = written or "a job that did not say"
         return (f"--ckpt-dir {self.path.parent} is in use by another training job ({holder}): "
                 f"let it finish or stop it, or give this job another --ckpt-dir")

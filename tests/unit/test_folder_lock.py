@@ -44,7 +44,7 @@ def test_a_holder_that_is_no_job_is_not_named_by_the_dead_pid_of_the_file(tmp_pa
         holder.wait(timeout=60)
     message = str(refused.value)
     assert "is locked by a process that is not a training job" in message and f"names pid {finished}" in message
-    assert f"find /proc/*/fd -lname {path}" in message and "\n" not in message
+    assert f"find /proc/*/fd -lname {path.resolve()}" in message and "\n" not in message
 
 
 @pytest.mark.parametrize("kind", ["a symbolic link", "a FIFO", "a folder"])

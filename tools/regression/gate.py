@@ -169,7 +169,11 @@ def record(args: argparse.Namespace) -> int:
         return fail_line(f"the reference runs failed (exit {status}) in {image or 'this host'}: nothing recorded; "
                          "fix the image first (its output is above)")
     path = baseline_path(args, flavor, device)
-    previous = json.loads(path.read_text()) if path.is_file() else {}
+    try:
+        previous = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        previous = {}  # its tolerances only are kept, and a file that cannot be read has none to keep
+    previous = previous if isinstance(previous, dict) else {}
     baseline = {
         "how_to_update": HOW_TO_UPDATE,
         "flavor": flavor, "device": device,

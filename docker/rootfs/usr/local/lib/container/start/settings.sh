@@ -49,6 +49,8 @@ check_ports_differ() {
   for name in JUPYTER_CONTAINER_PORT SSH_CONTAINER_PORT GPU_EXPORTER_PORT; do
     ((enabled[$name])) || continue
     port=${!name:-}
+    [[ $port =~ ^[0-9]+$ ]] || continue  # GPU_EXPORTER_PORT is checked on its own; the image sets the others
+    port=$((10#$port))                    # 08888 is 8888
     if [[ -v taken_by[$port] ]]; then
       fatal "$name=$port is ${service[${taken_by[$port]}]}'s port (${taken_by[$port]}); set $name to a free port," \
             "or switch ${service[$name]} off"
