@@ -40,7 +40,11 @@ list_user_first_for_its_ids() {
     entry=$(grep "^$CONTAINER_USER:" "$database")
     { head -n 1 "$database"; printf '%s\n' "$entry"; tail -n +2 "$database" | grep -v "^$CONTAINER_USER:"; } \
       >"$database.new"
-    cat "$database.new" >"$database" && rm "$database.new"
+    chmod --reference="$database" "$database.new"
+    # Renamed into place in one step: a `docker exec --user dev` at this moment (the Dev Containers CLI
+    # starts its shell server while start-up runs) must never read a file cut short. A database that is
+    # a bind mount (it cannot be renamed over) is rewritten in place, as before.
+    mv -f "$database.new" "$database" 2>/dev/null || { cat "$database.new" >"$database" && rm "$database.new"; }
   done
 }
 
