@@ -19,7 +19,7 @@ import pytest
 
 from tests.support import REPO_ROOT
 from tests.support.containers import free_port
-from tests.support.release import make
+from tests.support.release import make, split_image_ref
 from tests.release.helpers.vulnerability_data import OsvData, apt_repository, osv_service, write_flat_apt_repository
 
 pytestmark = pytest.mark.tier("full")
@@ -137,6 +137,26 @@ def test_an_unreachable_service_fails_in_one_line_and_never_passes(image, flavor
     assert "passed" not in not_run.stdout
 
 
+def test_an_sbom_taken_from_another_image_of_the_same_release_tag_is_refused(image, flavor, osv, security_suite,
+                                                                               tmp_path):
+    """Two builds of one commit on one day share the release tag the SBOM's file is named after: the scan
+    must gate the image it names, not whichever build last wrote the file."""
+    other = f"{split_image_ref(image)[0]}:other-build-{flavor}"
+    subprocess.run(["docker", "build", "--quiet", "--tag", other, "-"], input=f"FROM {image}\nLABEL test=other-build\n",
+                   capture_output=True, text=True, timeout=300, check=True)
+    try:
+        written = make("sbom", other, flavor, f"RELEASE_DIR={tmp_path}")
+        assert written.returncode == 0, written.stderr
+        result = make("scan", image, flavor, f"RELEASE_DIR={tmp_path}",
+                      environment={"OSV_URL": osv[1], "DEBIAN_SECURITY_SOURCE": security_suite[1]})
+    finally:
+        subprocess.run(["docker", "image", "rm", other], capture_output=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "was written for image" in errors[0] and "make sbom" in errors[0], result.stderr
+    assert "passed" not in result.stdout, result.stdout
+
+
 def test_a_service_that_leaves_packages_unanswered_fails(image, flavor, osv, security_suite):
     """The false green of a scanner that skips what it could not look up: here it is a failure."""
     data, url = osv
@@ -150,6 +170,38 @@ def test_a_pending_debian_security_update_fails(image, flavor, osv, security_sui
         pytest.skip("the Debian part of the scan is for the Debian-based CPU flavor")
     folder, source = security_suite
     write_flat_apt_repository(folder, {"tini": "99.0-1"})
+    try:
+        result = scan(image, flavor, osv[1], source)
+    finally:
+        write_flat_apt_repository(folder, {})
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert any(line.split()[1:3] == ["DEBIAN-SECURITY-UPDATE:tini", "tini"] and line.endswith("FAIL")
+               for line in result.stdout.splitlines() if len(line.split()) > 2), result.stdout
+
+
+def test_a_security_update_that_needs_a_new_package_fails(image, flavor, osv, security_suite):
+    """`apt-get upgrade` keeps such an update back and shows nothing: the gate counts what a full upgrade
+    installs, the update and the new package it pulls in."""
+    if flavor != "cpu":
+        pytest.skip("the Debian part of the scan is for the Debian-based CPU flavor")
+    folder, source = security_suite
+    write_flat_apt_repository(folder, {"tini": "99.0-1", "libtini-new1": "99.0-1"}, depends={"tini": "libtini-new1"})
+    try:
+        result = scan(image, flavor, osv[1], source)
+    finally:
+        write_flat_apt_repository(folder, {})
+    assert result.returncode != 0, result.stdout + result.stderr
+    failing = {line.split()[2] for line in result.stdout.splitlines()
+               if len(line.split()) > 3 and line.split()[1].startswith("DEBIAN-SECURITY-UPDATE:") and line.endswith("FAIL")}
+    assert failing == {"tini", "libtini-new1"}, result.stdout
+
+
+def test_a_security_update_apt_would_keep_back_still_fails(image, flavor, osv, security_suite):
+    """An update no upgrade can install here (it needs a package the suite lacks) is pending all the same."""
+    if flavor != "cpu":
+        pytest.skip("the Debian part of the scan is for the Debian-based CPU flavor")
+    folder, source = security_suite
+    write_flat_apt_repository(folder, {"tini": "99.0-1"}, depends={"tini": "libnowhere-to-be-found9"})
     try:
         result = scan(image, flavor, osv[1], source)
     finally:

@@ -23,6 +23,9 @@ from tags import CREATED_LABEL, REVISION_LABEL, ReleaseError, compute_tags, read
 
 TOOL_NAME = "pytorch-dev tools/release/sbom.py"
 INVENTORY_TIMEOUT_S = 180
+# The property that binds an SBOM to the one image it was taken from: its id (the config's digest), which
+# two builds of one release tag (same labels, other contents) do not share.
+IMAGE_ID_PROPERTY = "dev.pytorch-dev.image-id"
 
 # Runs inside the image. It prints one JSON object: os-release, installed dpkg packages, Python dists.
 INVENTORY_PROBE = r'''
@@ -97,7 +100,7 @@ def build_bom(image: str, image_id: str, labels: dict[str, str], inventory: dict
     release_tag = compute_tags(labels)[0]
     image_name = image.split("@", 1)[0].rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
     properties = [{"name": name, "value": value} for name, value in sorted(labels.items())]
-    properties.append({"name": "dev.pytorch-dev.image-id", "value": image_id})
+    properties.append({"name": IMAGE_ID_PROPERTY, "value": image_id})
     components = [{"type": "operating-system", "bom-ref": f"os:{os_release.get('ID', 'linux')}",
                    "name": os_release.get("ID", "linux"), "version": os_release.get("VERSION_ID", ""),
                    "description": os_release.get("PRETTY_NAME", "")}]
@@ -125,13 +128,38 @@ def sbom_file_name(labels: dict[str, str]) -> str:
     return f"sbom-{compute_tags(labels)[0]}.cdx.json"
 
 
+def image_id_of(image: str) -> str:
+    return subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
+                          text=True, timeout=60, check=True).stdout.strip()
+
+
+def recorded_image_id(sbom: dict) -> str:
+    properties = ((sbom.get("metadata") or {}).get("component") or {}).get("properties") or []
+    return next((p.get("value", "") for p in properties if p.get("name") == IMAGE_ID_PROPERTY), "")
+
+
+def read_sbom_of(image: str, release_dir: pathlib.Path, labels: dict[str, str]) -> tuple[pathlib.Path, dict]:
+    """The SBOM `make sbom` wrote for IMAGE, refused when it was taken from another image: the file is named
+    after the release tag, which another build of the same commit on the same day shares."""
+    path = release_dir / sbom_file_name(labels)
+    if not path.is_file():
+        raise ReleaseError(f"{path} is missing: run `make sbom` for this image first")
+    try:
+        sbom = json.loads(path.read_text())
+    except ValueError:
+        raise ReleaseError(f"{path} is not JSON: run `make sbom` for this image again") from None
+    recorded, actual = recorded_image_id(sbom), image_id_of(image)
+    if recorded != actual:
+        raise ReleaseError(f"{path} was written for image {recorded[:19] or '(none recorded)'}, not for {image} "
+                           f"({actual[:19]}): run `make sbom` for this image again")
+    return path, sbom
+
+
 def write_sbom(image: str, output_dir: pathlib.Path) -> pathlib.Path:
     labels = read_labels(image)
     if not labels.get(REVISION_LABEL):
         raise ReleaseError(f"{image} has no {REVISION_LABEL} label: build it with `make build` from a git checkout")
-    image_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
-                              text=True, timeout=60, check=True).stdout.strip()
-    bom = build_bom(image, image_id, labels, take_inventory(image))
+    bom = build_bom(image, image_id_of(image), labels, take_inventory(image))
     output_dir.mkdir(parents=True, exist_ok=True)
     path = output_dir / sbom_file_name(labels)
     # Written beside and renamed into place, so a reader never sees half a file.

@@ -8,10 +8,12 @@ CPU flavor the Debian security updates it lacks. It cannot pass without having l
   default the public https://api.osv.dev) and each answer is required: a package without one, an error,
   a malformed reply or an empty inventory is a failure, never "no known vulnerabilities" (the false green
   a scanner gives when its service is unreachable and it skips every package).
-- Debian (CPU flavor): `apt-get --simulate upgrade` in the image against its release's security suite
-  (DEBIAN_SECURITY_URL, or a whole apt source line in DEBIAN_SECURITY_SOURCE for a mirror of your own);
-  each pending security update is a finding (apt gives it no severity, so it
-  counts at any threshold).
+- Debian (CPU flavor): in the image, against its release's security suite (DEBIAN_SECURITY_URL, or a whole
+  apt source line in DEBIAN_SECURITY_SOURCE for a mirror of your own), every package a full upgrade
+  (`apt-get --simulate dist-upgrade`) would install or update, and every installed package the suite has a
+  newer version of even where apt would keep it back (`apt list --upgradable`). Each is a finding (apt gives
+  it no severity, so it counts at any threshold). A plain `apt-get upgrade` is not enough: it keeps back an
+  update that needs a new package, and the gate would never see it.
 - A finding fails at or above SCAN_SEVERITY (LOW, MODERATE, HIGH, CRITICAL; default HIGH; a finding
   whose data gives no severity counts as at the threshold) unless SCAN_ALLOWLIST lists its id with a
   reason and a review-by date (tools/release/scan-allowlist.toml). An entry past its date fails.
@@ -32,7 +34,7 @@ import tomllib
 import urllib.error
 import urllib.request
 
-from sbom import sbom_file_name
+from sbom import read_sbom_of
 from tags import FLAVOR_LABEL, ReleaseError, read_labels
 
 SEVERITIES = ["LOW", "MODERATE", "HIGH", "CRITICAL"]
@@ -119,16 +121,22 @@ def python_findings(osv_url: str, sbom: dict) -> tuple[int, list[dict]]:
 
 
 def debian_security_updates(image: str, security_url: str) -> list[dict]:
-    """The packages `apt-get upgrade` would update from the image's release's security suite."""
-    script = r'''set -e
+    """Every package the image's release's security suite would install or update."""
+    # Two listings, since neither alone is the whole truth: the simulated full upgrade names the new
+    # packages an update pulls in (NEW), and `apt list --upgradable` names each installed package with a
+    # newer version, also one the resolver would keep back (UPDATE).
+    script = r"""set -e
 . /etc/os-release
 if [ -n "$2" ]; then echo "$2"; else echo "deb $1 ${VERSION_CODENAME}-security main"; fi >/tmp/security.list
 opts="-o Dir::Etc::SourceList=/tmp/security.list -o Dir::Etc::SourceParts=- -o Acquire::Retries=0 -o Acquire::http::Timeout=20"
 if ! apt-get $opts update -qq >/tmp/update.log 2>&1 || grep -q '^[WE]:' /tmp/update.log; then
   echo "UNREACHABLE $(grep -m1 '^[WE]:' /tmp/update.log)"; exit 0
 fi
-apt-get $opts --simulate --quiet upgrade | sed -n 's/^Inst \([^ ]*\) \[\([^]]*\)\] (\([^ ]*\) .*/UPDATE \1 \2 \3/p'
-'''
+apt-get $opts --simulate --quiet dist-upgrade 2>/dev/null \
+  | sed -n 's/^Inst \([^ ]*\) (\([^ ]*\) .*/NEW \1 (none) \2/p'
+apt $opts list --upgradable 2>/dev/null \
+  | sed -n 's|^\([^/]*\)/[^ ]* \([^ ]*\) [^ ]* \[upgradable from: \([^]]*\)\]$|UPDATE \1 \3 \2|p'
+"""
     result = subprocess.run(["docker", "run", "--rm", "--user=0", "--network=host", "--entrypoint=bash", image,
                              "-c", script, "scan", security_url, os.environ.get("DEBIAN_SECURITY_SOURCE", "")],
                             capture_output=True, text=True, timeout=600, check=False)
@@ -137,9 +145,13 @@ apt-get $opts --simulate --quiet upgrade | sed -n 's/^Inst \([^ ]*\) \[\([^]]*\)
     if result.stdout.startswith("UNREACHABLE"):
         where = os.environ.get("DEBIAN_SECURITY_SOURCE") or security_url
         raise Unreachable(f"{where}: {result.stdout.split(' ', 1)[1].strip()}")
+    pending = {name: (kind, installed, candidate)
+               for kind, name, installed, candidate in (line.split() for line in result.stdout.splitlines())}
     return [{"id": f"DEBIAN-SECURITY-UPDATE:{name}", "aliases": [], "package": name, "version": installed,
-             "severity": "UNKNOWN", "summary": f"Debian security update to {candidate} not installed"}
-            for _, name, installed, candidate in (line.split() for line in result.stdout.splitlines())]
+             "severity": "UNKNOWN",
+             "summary": (f"Debian security update to {candidate} not installed" if kind == "UPDATE" else
+                         f"new package {candidate} that a Debian security update needs")}
+            for name, (kind, installed, candidate) in sorted(pending.items())]
 
 
 def read_allowlist(path: pathlib.Path, today: datetime.date) -> tuple[dict[str, dict], list[str]]:
@@ -176,11 +188,9 @@ def scan(image: str, release_dir: str) -> int:
     allowlist = pathlib.Path(os.environ.get("SCAN_ALLOWLIST") or "tools/release/scan-allowlist.toml")
     allowed, problems = read_allowlist(allowlist, datetime.date.today())
     labels = read_labels(image)
-    sbom_path = pathlib.Path(release_dir) / sbom_file_name(labels)
-    if not sbom_path.is_file():
-        raise ReleaseError(f"{sbom_path} is missing: run `make sbom` for this image first")
+    _, sbom = read_sbom_of(image, pathlib.Path(release_dir), labels)
     osv_url = (os.environ.get("OSV_URL") or DEFAULT_OSV_URL).rstrip("/")
-    scanned, findings = python_findings(osv_url, json.loads(sbom_path.read_text()))
+    scanned, findings = python_findings(osv_url, sbom)
     sources = f"{scanned} Python packages (OSV at {osv_url})"
     if labels.get(FLAVOR_LABEL) == "cpu":
         security_url = os.environ.get("DEBIAN_SECURITY_URL") or DEFAULT_DEBIAN_SECURITY_URL

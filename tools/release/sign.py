@@ -19,7 +19,7 @@ import sys
 
 from cosign_cli import TAG_ANNOTATION, failure_line, run_cosign, transparency_log_flags
 from provenance import provenance_file_name
-from sbom import sbom_file_name
+from sbom import read_sbom_of, sbom_file_name
 from tags import ReleaseError, compute_tags, read_labels, run_command
 
 
@@ -75,6 +75,7 @@ def sign(image: str, release_dir: str, key: str) -> list[str]:
     pushed = read_pushed(directory, labels)
     flags = key_flags(key.strip()) + transparency_log_flags(verifying=False)
     attestations = attestation_files(directory, labels)
+    read_sbom_of(image, directory, labels)  # refuses an SBOM taken from another image of this tag
     signed = []
     for reference, digest in pushed:
         repository, _, tag = reference.rpartition(":")
