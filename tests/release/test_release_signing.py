@@ -179,6 +179,39 @@ def test_a_tag_moved_to_another_signed_image_after_signing_is_refused_in_one_lin
     assert verify(release.reference(moving), release.public_key).returncode == 0
 
 
+def test_a_moving_tag_moved_back_to_an_older_signed_release_is_refused_in_one_line(release, image, tmp_path):
+    """A moving tag (here rollback-latest, as cpu-latest) pointed back at an older image that was signed for
+    it: every signature is genuine, yet the tag no longer names the newest release. Refused by tag, pinned
+    under the tag, and in the pipeline, which resolves the tag and verifies what it resolved."""
+    moving = "rollback-latest"
+    reference = release.reference(moving)
+    docker("tag", image, reference)
+    try:
+        docker("push", reference, timeout=PUSH_TIMEOUT_S)
+        cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={moving}",
+               f"{release.repository}@{release.digest}")
+        newer = derived(image, reference, "newer", created="2099-01-01T00:00:00Z")
+        cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={moving}", newer)
+        for kind, evidence in (("cyclonedx", "sbom-*.cdx.json"), ("slsaprovenance1", "provenance-*.json")):
+            cosign("attest", "--key", str(release.key), "--tlog-upload=false", "--type", kind, "--predicate",
+                   str(next(release.directory.glob(evidence))), newer)
+        at_newest = verify(reference, release.public_key)
+        assert at_newest.returncode == 0 and "newest:" in at_newest.stdout, at_newest.stdout + at_newest.stderr
+        docker("tag", image, reference)
+        docker("push", reference, timeout=PUSH_TIMEOUT_S)  # moved back
+        newer_digest = newer.rpartition("@")[2]
+        for named in (reference, f"{reference}@{release.digest}"):
+            line = one_error_line(verify(named, release.public_key))
+            assert "moved back" in line and newer_digest[:19] in line, line
+        pipeline = subprocess.run(["tools/pipeline/gate_and_submit.sh", reference], cwd=REPO_ROOT, capture_output=True,
+                                  text=True, timeout=PUSH_TIMEOUT_S, check=False,
+                                  env=dict(cosign_environment(), CKPT_DIR=str(tmp_path), COSIGN_PUB=str(release.public_key)))
+        assert pipeline.returncode != 0 and "moved back" in pipeline.stderr, pipeline.stderr
+        assert "3/4" not in pipeline.stderr, "an image that failed verification went on to the gate"
+    finally:
+        docker("image", "rm", reference, check=False)
+
+
 def test_the_zstd_variant_keeps_the_base_layers_and_compresses_ours(release, image, labels):
     gzip_manifest = registry_api(release.registry, f"/v2/{release.repository.split('/', 1)[1]}/manifests/"
                                  f"{release.tags[0]}", MANIFEST_TYPES)
@@ -216,9 +249,10 @@ def test_the_zstd_variant_is_signed_and_pulls_into_the_engine_as_the_same_image(
         docker("image", "rm", zstd_tag, check=False)
 
 
-def derived(image: str, reference: str, marker: str) -> str:
-    """A different image (one more label) pushed as REFERENCE; returns it by digest."""
-    subprocess.run(["docker", "build", "--quiet", "--tag", reference, "-"], input=f"FROM {image}\nLABEL test={marker}\n",
+def derived(image: str, reference: str, marker: str, created: str = "") -> str:
+    """A different image (one more label; CREATED: another build time) pushed as REFERENCE; returns it by digest."""
+    labels = f"LABEL test={marker}\n" + (f"LABEL org.opencontainers.image.created={created}\n" if created else "")
+    subprocess.run(["docker", "build", "--quiet", "--tag", reference, "-"], input=f"FROM {image}\n{labels}",
                    capture_output=True, text=True, timeout=300, check=True)
     try:
         output = docker("push", reference, timeout=PUSH_TIMEOUT_S).stdout

@@ -76,3 +76,11 @@ def test_sboms_of_two_ngc_releases_built_from_one_commit_have_their_own_names():
     next_release = dict(GPU_LABELS, **{"dev.pytorch-dev.base-image": "nvcr.io/nvidia/pytorch:25.09-py3"})
     assert sbom.sbom_file_name(GPU_LABELS) == "sbom-gpu-torch2.8.0a0-cuda13.0-ngc25.08-20261130-g0123456.cdx.json"
     assert sbom.sbom_file_name(next_release) != sbom.sbom_file_name(GPU_LABELS)
+
+
+@pytest.mark.parametrize(("tag", "moving"), [
+    ("latest", True), ("cpu-latest", True), ("gpu-latest-zstd", True), ("latest-zstd", True),
+    ("cpu-torch2.13.0-cpu-bookworm-20261130-g0123456", False), ("cpu-torch2.13.0-cpu-bookworm-20261130-g0123456-zstd", False),
+    ("latest-dirty", False), ("notlatest", False)])
+def test_the_moving_tags_are_latest_and_flavor_latest_with_their_zstd_variants(tag, moving):
+    assert tags.is_moving(tag) is moving

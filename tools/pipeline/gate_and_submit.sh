@@ -27,7 +27,12 @@ log "    $digest_reference"
 
 log "2/4 verifying the signature"
 if [[ -n ${COSIGN_PUB:-} ]]; then
-  make --no-print-directory verify IMAGE="$digest_reference" COSIGN_PUB="$COSIGN_PUB"
+  # The reference as named, pinned to the digest resolved: verify checks the tag's signature (and that a
+  # moving tag names its newest release), and the digest that runs is the one that passed.
+  named=$reference
+  [[ ${named##*/} == *[:@]* ]] || named="$named:latest"  # what docker pull took it to mean
+  [[ $named == *@sha256:* ]] || named="$named@${digest_reference#*@}"
+  make --no-print-directory verify IMAGE="$named" COSIGN_PUB="$COSIGN_PUB"
 else
   log "    skipped: COSIGN_PUB is not set (set it to the release key to verify, docs/pipeline.md)"
 fi

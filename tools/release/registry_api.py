@@ -19,6 +19,10 @@ from typing import BinaryIO
 
 from tags import ReleaseError
 
+
+class NotFound(ReleaseError):
+    """The registry does not hold what was asked for (HTTP 404)."""
+
 MANIFEST_TYPES = ", ".join(["application/vnd.oci.image.manifest.v1+json",
                             "application/vnd.docker.distribution.manifest.v2+json"])
 TIMEOUT_S = 600
@@ -75,7 +79,8 @@ class Registry:
             if error.code == 401 and retry and not hasattr(body, "read"):
                 self._authorize(error.headers.get("WWW-Authenticate", ""))
                 return self.request(method, url, headers=headers, body=body, retry=False)
-            raise ReleaseError(f"{self.host} answered {method} {url}: HTTP {error.code} {error.read()[:200]!r}") from None
+            kind = NotFound if error.code == 404 else ReleaseError
+            raise kind(f"{self.host} answered {method} {url}: HTTP {error.code} {error.read()[:200]!r}") from None
         except OSError as error:
             raise ReleaseError(f"cannot reach the registry {self.host}: {error}") from None
 
@@ -83,6 +88,25 @@ class Registry:
         with self.request("GET", f"/manifests/{reference}", headers={"Accept": MANIFEST_TYPES}) as response:
             raw = response.read()
         return json.loads(raw), "sha256:" + hashlib.sha256(raw).hexdigest()
+
+    def tags(self) -> list[str]:
+        """Every tag of the repository, page by page (the registry's Link header names the next one)."""
+        found, url = [], "/tags/list?n=1000"
+        while url:
+            with self.request("GET", url) as response:
+                found += json.loads(response.read()).get("tags") or []
+                next_page = re.match(r'<([^>]+)>;\s*rel="next"', response.headers.get("Link", ""))
+            url = urllib.parse.urljoin(self.base, next_page.group(1)) if next_page else ""
+        return found
+
+    def labels(self, reference: str) -> dict[str, str]:
+        """The labels of the image REFERENCE (a tag or digest) names, from its config blob."""
+        manifest, _ = self.manifest(reference)
+        if not (manifest.get("config") or {}).get("digest"):
+            return {}  # not an image manifest (an index, a signature's artifact)
+        with self.request("GET", f"/blobs/{manifest['config']['digest']}") as response:
+            config = json.loads(response.read())
+        return (config.get("config") or {}).get("Labels") or {}
 
     def download_blob(self, digest: str, into: BinaryIO) -> None:
         with self.request("GET", f"/blobs/{digest}") as response:

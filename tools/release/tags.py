@@ -44,6 +44,11 @@ class ReleaseError(Exception):
     """A user error, reported as one line that says what is wrong and what to do."""
 
 
+def is_moving(tag: str) -> bool:
+    """Whether TAG is one of the moving tags above (or its -zstd variant): it names the newest release."""
+    return re.fullmatch(r"([A-Za-z0-9_.]+-)?latest(-zstd)?", tag) is not None
+
+
 def run_command(argv: list[str], usage: str, action: Callable[..., object]) -> int:
     """The command-line shell of every release tool: checks the argument count against USAGE, runs
     ACTION on the arguments and turns a ReleaseError into one `error:` line and exit code 2."""
