@@ -110,7 +110,7 @@ report_hook_that_ended_start_up() {
 }
 
 # A restarted container keeps its files: what the last start recorded is stale until this one is done.
-rm -f "$RUN_DIR/started" "$RUN_DIR/services" "$SETTINGS_FILE"
+rm -f "$RUN_DIR/started" "$RUN_DIR/services" "$RUN_DIR/stopping" "$SETTINGS_FILE"
 run_core_steps
 run_user_hooks
 # How this container runs, in one line (docs/how-it-runs.md has the table of what each part means).

@@ -1,5 +1,5 @@
 """`docker stop` saves the training a user started, however it was started: over SSH in tmux, with
-`docker exec -d`, or from a notebook's kernel. Each runs in a session of its own, which tini's signal
+`docker exec -d`, from a notebook's kernel, or as a loop in the kernel itself. Each runs in a session of its own, which tini's signal
 never reached: the entrypoint signals them first and stops the services last.
 
     make test-image PYTEST_ARGS="tests/image/test_stop.py"
@@ -7,14 +7,15 @@ never reached: the entrypoint signals them first and stops the services last.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 
 import pytest
 
 from tests.support.containers import docker
-from tests.support.notebook_kernel import run_in_a_notebook_kernel
+from tests.support.notebook_kernel import run_in_a_notebook_kernel, start_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
-from tests.support.stopping import GRACE_PERIOD_S, endless_run_command, read_file, saved_checkpoints, wait_until_trained
+from tests.support.stopping import GRACE_PERIOD_S, endless_flags, endless_run_command, read_file, saved_checkpoints, wait_until_trained
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.tier("landing")
@@ -55,6 +56,38 @@ def test_docker_stop_saves_training_started_over_ssh_in_tmux_with_exec_and_from_
         assert "SignalException" not in log and "Traceback" not in log, f"{name}:\n{log}"
         assert saved_checkpoints(container, name, tmp_path), f"{name} saved no checkpoint:\n{log}"
     assert "your processes have exited" in container.logs() and "stopped cleanly" in container.logs()
+
+
+# The sample trainer's loop run in the kernel itself, as a notebook that imports it runs it; its output
+# goes to /tmp/kernel.log as the other ways' does.
+TRAINING_IN_THE_KERNEL = f"""
+import contextlib, sys
+sys.path.insert(0, "/opt/scripts")
+import train_ddp
+with open("/tmp/kernel.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+    train_ddp.main({shlex.split(endless_flags("kernel"))!r})
+"""
+
+
+def test_docker_stop_saves_a_training_loop_running_in_a_notebook_kernel_itself(containers, tmp_path):
+    """The kernel gets SIGTERM like a trainer, the loop saves, and the kernel ends with its cell: JupyterLab
+    would shut it down within 2 s, and restart it, if the stop left it to the services."""
+    container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    container.wait_until_healthy()
+    start_in_a_notebook_kernel(container, f"http://127.0.0.1:{container.published_port(8888)}", TOKEN,
+                               TRAINING_IN_THE_KERNEL)
+    wait_until_trained(container, "kernel")
+
+    started = time.monotonic()
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    took = time.monotonic() - started
+
+    log = read_file(container, "/tmp/kernel.log", tmp_path)
+    assert container.state()["ExitCode"] == 0 and took < GRACE_PERIOD_S, (took, container.logs()[-3000:], log)
+    assert "stopped by SIGTERM at step" in log and "Traceback" not in log, log
+    assert saved_checkpoints(container, "kernel", tmp_path), f"the kernel's loop saved no checkpoint:\n{log}"
+    assert "your processes have exited" in container.logs() and "stopped cleanly" in container.logs(), \
+        container.logs()[-3000:]
 
 
 def test_a_process_that_ignores_sigterm_does_not_hold_the_services_past_the_timeout(containers):

@@ -25,13 +25,35 @@ reply = client.execute_interactive(sys.argv[2], timeout=60, output_hook=lambda m
 print(json.dumps(reply["content"]))
 """
 
+# The same, but leaves CODE running: returns once the kernel says it is busy with it.
+STARTER = CLIENT.split("reply = ")[0] + """
+request = client.execute(sys.argv[2])
+while True:
+    message = client.get_iopub_msg(timeout=60)
+    if (message["parent_header"].get("msg_id") == request and message["msg_type"] == "status"
+            and message["content"]["execution_state"] == "busy"):
+        break
+print("busy")
+"""
+
+
+def start_a_notebook_kernel(base_url: str, token: str) -> str:
+    """Starts a python3 kernel through the server at BASE_URL, as opening a notebook does; returns its id."""
+    return requests.post(f"{base_url}/api/kernels", headers={"Authorization": f"token {token}"},
+                         json={"name": "python3"}, timeout=HTTP_TIMEOUT_S).json()["id"]
+
+
+def start_in_a_notebook_kernel(container, base_url: str, token: str, code: str) -> None:
+    """Starts a python3 kernel and leaves CODE running in it, as a cell a user started and left."""
+    kernel = start_a_notebook_kernel(base_url, token)
+    result = container.run(f"python -c {shlex.quote(STARTER)} kernel-{kernel}.json {shlex.quote(code)}", timeout=120)
+    assert result.rc == 0 and "busy" in result.stdout, result.stdout + result.stderr
+
 
 def run_in_a_notebook_kernel(container, base_url: str, token: str, code: str) -> dict:
     """Starts a python3 kernel through the server at BASE_URL and runs CODE in it; returns the content of
     the execute reply (status "ok", or "error" with ename and evalue)."""
-    kernel = requests.post(f"{base_url}/api/kernels", headers={"Authorization": f"token {token}"},
-                           json={"name": "python3"}, timeout=HTTP_TIMEOUT_S).json()
-    result = container.run(f"python -c {shlex.quote(CLIENT)} kernel-{kernel['id']}.json {shlex.quote(code)}",
-                           timeout=120)
+    kernel = start_a_notebook_kernel(base_url, token)
+    result = container.run(f"python -c {shlex.quote(CLIENT)} kernel-{kernel}.json {shlex.quote(code)}", timeout=120)
     assert result.rc == 0, result.stdout + result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -49,6 +49,39 @@ def test_docker_exec_work_and_a_notebook_kernels_child_are_tops():
     assert sorted(plan_signals(processes, CONTAINER).signal) == [23, 30]
 
 
+KERNEL = "/home/dev/.cache/user-packages/venv/bin/python -m ipykernel_launcher -f /home/dev/kernel-1.json"
+
+
+def test_a_notebook_kernel_with_nothing_below_it_is_work_signalled_in_step_1():
+    """A cell may run the training loop in the kernel itself: a busy kernel is work."""
+    processes = table(python(21, 20, KERNEL), python(22, 20, KERNEL.replace("kernel-1", "kernel-2"),
+                                                      name="ipykernel_launc"))
+    plan = plan_signals(processes, CONTAINER)
+    assert plan.signal == (21, 22) and {21, 22} <= plan.work
+
+
+def test_a_kernel_is_signalled_only_after_the_work_its_cell_started_has_ended():
+    """`!torchrun` writes through the kernel's pipe: a kernel that ended first would cut off its output."""
+    started = table(python(21, 20, KERNEL), Process(22, 21, "sh", "dash"), python(23, 22, TORCHRUN, "torchrun"),
+                    python(24, 23))
+    first = plan_signals(started, CONTAINER)
+    assert first.signal == (24,) and 21 in first.work
+    ended = table(python(21, 20, KERNEL))
+    assert plan_signals(ended, CONTAINER, known_tops=first.tops).signal == (21,)
+
+
+@pytest.mark.parametrize("worker_name", ["python", "pt_data_worker"])
+def test_a_loop_in_a_kernel_is_signalled_before_its_dataloader_workers_which_are_its_forks(worker_name):
+    processes = table(python(21, 20, KERNEL), python(22, 21, KERNEL, worker_name),
+                      Process(23, 21, worker_name, None, KERNEL))
+    plan = plan_signals(processes, CONTAINER)
+    assert plan.signal == (21,) and plan.work == {21}
+
+
+def test_an_idle_kernel_is_no_work_a_hub_keeps_a_server_running_for():
+    assert user_work(table(python(21, 20, KERNEL)), CONTAINER) == set()
+
+
 def test_torchruns_workers_are_signalled_instead_of_torchrun():
     processes = table(shell(12, 10), python(13, 12, TORCHRUN, "torchrun"), python(14, 13), python(15, 13))
     assert plan_signals(processes, CONTAINER).signal == (14, 15)

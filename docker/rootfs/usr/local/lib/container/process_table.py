@@ -179,6 +179,12 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
                      if stop_policy.is_holder_by_name(name) or stop_policy.may_be_python(name)]
     details = read_as_owners(worth_reading, lambda pid: read_program_and_command(pid, rows[pid][1]),
                            owners)
+    # What a kernel forked runs its command line under any name (a loop's DataLoader workers), and stays
+    # the kernel's: a kernel's other children are read too, the few that there are.
+    kernels = {pid for pid, (_, command) in details.items() if stop_policy.KERNEL_COMMAND.search(command)}
+    below_kernels = [pid for pid, (parent, _, _, _) in rows.items() if parent in kernels and pid not in details]
+    details.update((pid, (None, command))
+                   for pid, command in read_as_owners(below_kernels, read_command, owners).items())
     hosts = terminal_hosts(rows, owners)
     for pid, (parent, name, _, _) in rows.items():
         program, command = details.get(pid, (None, ""))

@@ -17,6 +17,10 @@ own. The supervisor (supervisor.py) stops the container in three steps, and this
        of its input (a trainer fed by `yes |`), and is signalled then.
      A process of any name that holds a terminal with work in it (script(1), an editor's terminal
      server) is not signalled, nor the work above it, until that work has ended (holding_terminals).
+     A notebook kernel holds a session for what its cells start (`!torchrun`, `subprocess.Popen`), and
+     is work itself: a cell may run the training loop in the kernel. So it gets its SIGTERM once nothing
+     runs below it (free_kernels); in a cell that handles SIGTERM the loop saves, and the kernel then
+     ends when its cell does (kernel_stop.py), where JupyterLab would have shut it down in 2 s.
   2. Wait for the user's work, up to STOP_TIMEOUT. Work whose top exits first (a launcher that does not
      pass SIGTERM on: `flock`, a sweep script's subprocess.run) has a new top, signalled in its turn.
   3. The work still running below what ignored its SIGTERM is signalled as in step 1, tops first (TOLD);
@@ -44,8 +48,9 @@ HOLDER_PROGRAMS = frozenset({"tini", "sshd", "bash", "sh", "dash", "zsh", "fish"
 HOLDER_NAMES = frozenset({"tini", "sshd", "bash", "sh", "dash", "zsh", "fish", "tmux: server", "tmux: client",
                           "screen", "SCREEN", "jupyter-lab", "jupyterhub-sing", "jupyter-server",
                           "jupyter-noteboo", "setpriv", "sleep"})
+KERNEL_COMMAND = re.compile(r"ipykernel_launcher|-m ipykernel")
 JUPYTER_COMMAND = re.compile(r"(^|/)(jupyter-lab|jupyterhub-singleuser|jupyter-server|jupyter-notebook)( |$)"
-                             r"|ipykernel_launcher|-m ipykernel")
+                             r"|" + KERNEL_COMMAND.pattern)
 TORCHRUN_COMMAND = re.compile(r"(/torchrun|torch\.distributed\.run|torch/distributed/run\.py) ")
 # Names of programs that may be a Python program: only theirs is the command line worth reading.
 PYTHON_NAMES = ("python", "pt_elastic", "torchrun", "jupyter", "ipykernel")
@@ -104,7 +109,13 @@ def is_holder(process: Process, container: Container) -> bool:
             return True
     elif process.name in HOLDER_NAMES:
         return True
-    return is_python(process) and bool(JUPYTER_COMMAND.search(process.command))
+    # A command line is read only for a Python program and for what a kernel forked (process_table.py).
+    return bool(JUPYTER_COMMAND.search(process.command))
+
+
+def is_kernel(process: Process) -> bool:
+    """A notebook kernel, or a fork of one (a DataLoader worker names itself pt_data_worker)."""
+    return bool(KERNEL_COMMAND.search(process.command))
 
 
 def is_torchrun(process: Process) -> bool:
@@ -133,8 +144,27 @@ def descends_from(table: Table, pid: int, ancestor: int) -> bool:
 
 
 def user_work(table: Table, container: Container) -> set[int]:
-    """The container's processes that hold no session: what steps 1 and 2 stop and wait for."""
+    """The container's processes that hold no session: what steps 1 and 2 stop and wait for, with the
+    notebook kernels. (Not the kernels: an idle one is no work a hub should keep a server running for.)"""
     return {pid for pid in in_container(table, container) if not is_holder(table[pid], container)}
+
+
+def is_fork_of(table: Table, pid: int, parent: int) -> bool:
+    """Whether PID is PARENT's own fork (a DataLoader worker of a loop in a kernel): it runs its command."""
+    return parent in table and table[parent].command == table[pid].command
+
+
+def notebook_kernels(table: Table, container: Container) -> set[int]:
+    """The notebook kernels, not their forks: those run the kernel's command line too."""
+    kernels = {pid for pid in in_container(table, container) if is_kernel(table[pid])}
+    return {pid for pid in kernels if not (table[pid].parent in kernels and is_fork_of(table, pid, table[pid].parent))}
+
+
+def free_kernels(table: Table, kernels: set[int], children: dict[int, list[int]]) -> set[int]:
+    """The kernels below which only their own forks run. A kernel signalled while a program its cell
+    started still runs (`!torchrun`, whose output comes through the kernel's pipe) would end under it."""
+    return {kernel for kernel in kernels
+            if all(is_fork_of(table, below, kernel) for below in descendants(children, kernel))}
 
 
 def tops(table: Table, work: set[int]) -> list[int]:
@@ -214,11 +244,13 @@ def plan_signals(table: Table, container: Container, known_tops: frozenset[int] 
     """What step 1 signals for the tops not in KNOWN_TOPS (an earlier plan handled those). Work in TOLD
     got its SIGTERM already and is still running: step 3 plans below it, as if it held a session."""
     work = user_work(table, container)
+    kernels = notebook_kernels(table, container)
     children = children_of(table)
     signal: list[int] = []
     readers: dict[int, frozenset[int]] = {}
     movable = work - holding_terminals(table, work, children) - told
     new_tops = [top for top in tops(table, movable) if top not in known_tops]
+    new_tops += sorted(free_kernels(table, kernels, children) - known_tops - told)
     for top in new_tops:
         writers = pipe_writers(table, top, work)
         if writers:
@@ -228,7 +260,7 @@ def plan_signals(table: Table, container: Container, known_tops: frozenset[int] 
         workers = [child for agent in agents for child in children.get(agent, ()) if child in movable]
         # A torchrun still in its rendezvous has no workers yet: it (or its wrapper) gets the signal.
         signal += workers if workers else [top]
-    return Plan(tuple(signal), readers, frozenset(new_tops), frozenset(work))
+    return Plan(tuple(signal), readers, frozenset(new_tops), frozenset(work | kernels))
 
 
 def readers_to_signal(readers: dict[int, frozenset[int]], alive: set[int], writers_gone_at: dict[int, float],

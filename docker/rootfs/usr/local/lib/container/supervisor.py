@@ -13,6 +13,7 @@ leaves a server with a trainer alone.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import json
@@ -135,6 +136,19 @@ def mark_started() -> None:
     healthcheck reports nothing healthy before it)."""
     with open(os.path.join(RUN_DIR, "started"), "w"):
         pass
+
+
+def mark_stopping() -> None:
+    """Tells the notebook kernels that the container is stopping: a kernel ends when its cell does, and
+    JupyterLab starts no new one (kernel_stop.py, python-kernel). Made anew, never through a link a user
+    left in the shared folder."""
+    path = os.path.join(RUN_DIR, "stopping")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+    except OSError as error:  # a read-only /run: kernels are still signalled, they only end less neatly
+        warn(f"could not mark the container as stopping ({error}); notebook kernels may be restarted")
 
 
 # ---- children and signals ------------------------------------------------------------------------
@@ -326,6 +340,7 @@ class Stop:
 
     def run(self) -> None:
         # The stop signals stay blocked: a second `docker stop` does not cut the orderly stop short.
+        mark_stopping()
         self.stop_user_work()
         self.wait_for_the_command()
         if not self.work_ended:
