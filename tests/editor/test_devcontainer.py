@@ -16,7 +16,7 @@ import uuid
 import pytest
 import requests
 
-from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, STARTS_S
 from tests.support.compose import CPU_FILES, compose
 from tests.support.containers import engine_memlock_limit, free_port, memlock_is_limited_here
 from tests.support.host_tools import skip_where_missing
@@ -106,5 +106,5 @@ def test_devcontainer_up_and_exec_work_as_the_user_with_the_services_running(dev
             return requests.get(jupyter, params=params, timeout=HTTP_TIMEOUT_S).status_code
         except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             return None
-    assert wait_until(lambda: jupyter_status({"token": TOKEN}), 180, failure="JupyterLab did not answer") == 200
+    assert wait_until(lambda: jupyter_status({"token": TOKEN}), STARTS_S, failure="JupyterLab did not answer") == 200
     assert jupyter_status({}) == 403

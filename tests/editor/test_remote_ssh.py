@@ -16,7 +16,7 @@ import subprocess
 import pytest
 import requests
 
-from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, SETTLES_S
 from tests.support.containers import docker, free_port, running_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.release import environment_without_make
@@ -80,9 +80,9 @@ def test_the_forwards_bring_jupyter_and_tensorboard_here(ssh_client_setup):
             except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
                 assert tunnel.poll() is None, tunnel.stderr.read() if tunnel.stderr else "ssh exited"
                 return False
-        wait_until(lambda: answers(forwards["JUPYTER_LOCAL_PORT"], f"/api/contents?token={TOKEN}"), 60,
+        wait_until(lambda: answers(forwards["JUPYTER_LOCAL_PORT"], f"/api/contents?token={TOKEN}"), SETTLES_S,
                    failure="JupyterLab did not answer through the forward")
-        wait_until(lambda: answers(forwards["TENSORBOARD_LOCAL_PORT"], "/train_ddp.py"), 60,
+        wait_until(lambda: answers(forwards["TENSORBOARD_LOCAL_PORT"], "/train_ddp.py"), SETTLES_S,
                    failure="port 6006 did not answer through the forward")
     finally:
         tunnel.terminate()

@@ -18,7 +18,7 @@ import uuid
 import pytest
 import requests
 
-from tests.support import HTTP_TIMEOUT_S
+from tests.support import HTTP_TIMEOUT_S, STARTS_S
 from tests.support.containers import docker, run_container_to_completion, running_container
 from tests.support.waiting import wait_until
 
@@ -127,7 +127,7 @@ def test_a_server_that_answers_a_stranger_is_stopped_with_one_line(containers, b
     container = containers(command=["start-services", "--IdentityProvider.token=", "--PasswordIdentityProvider.token="],
                            options=["--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}",
                                     "--env", f"JUPYTER_BASE_URL={base_url}"])
-    wait_until(lambda: not container.state()["Running"], timeout=180, interval=1,
+    wait_until(lambda: not container.state()["Running"], timeout=STARTS_S, interval=1,
                failure=lambda: f"the open server kept running:\n{container.logs()[-2000:]}")
     logs = container.logs()
     errors = [line for line in logs.splitlines() if "ERROR" in line]

@@ -18,7 +18,7 @@ import uuid
 import pytest
 import requests
 
-from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, STARTS_S
 from tests.support.compose import CPU_FILES, compose, service_container
 from tests.support.containers import LIVE_CONTAINERS, docker, free_port
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
@@ -110,7 +110,7 @@ def test_quick_start_connecting_and_docker_stop_as_the_readme_says(checkout, ima
         status, _, err = run(client, "tmux new -d -s train && tmux send-keys -t train "
                                      f"'OMP_NUM_THREADS=1 {torchrun_line}' Enter")
         assert status == 0, err
-        wait_until(lambda: "step 10/" in run(client, "tmux capture-pane -p -t train")[1], 240,
+        wait_until(lambda: "step 10/" in run(client, "tmux capture-pane -p -t train")[1], STARTS_S,
                    failure=lambda: "training never reached step 10:\n" + run(client, "tmux capture-pane -p -t train")[1])
 
     docker("stop", container.name, timeout=90)  # compose gave the container a 30 s stop timeout

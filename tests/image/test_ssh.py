@@ -18,6 +18,7 @@ from tests.support.containers import docker, run_container_to_completion, runnin
 from tests.support.ssh_client import SSH_TIMEOUT_S, generate_key, host_key_fingerprint, public_line, run, ssh_session
 from tests.support.training import RUN_TIMEOUT_S, TINY_MODEL, trainer_command
 from tests.support.waiting import wait_until
+from tests.support import SETTLES_S
 
 pytestmark = pytest.mark.tier("landing")
 
@@ -240,7 +241,7 @@ def test_health_probes_leave_nothing_in_the_log(ssh_container):
     def probe_ends() -> set[str]:
         return {probe["End"] for probe in ssh_container.state()["Health"]["Log"]}
     before, earlier_probes = ssh_container.logs(), probe_ends()
-    wait_until(lambda: len(probe_ends() - earlier_probes) >= 3, 60, interval=1,
+    wait_until(lambda: len(probe_ends() - earlier_probes) >= 3, SETTLES_S, interval=1,
                failure="the health check did not run three times in 60 s")
     added = ssh_container.logs()[len(before):]
     assert ssh_container.state()["Health"]["Status"] == "healthy"

@@ -17,6 +17,7 @@ from tests.support.notebook_kernel import run_in_a_notebook_kernel, start_in_a_n
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 from tests.support.stopping import GRACE_PERIOD_S, endless_flags, endless_run_command, read_file, saved_checkpoints, wait_until_trained
 from tests.support.waiting import wait_until
+from tests.support import SETTLES_S
 
 pytestmark = pytest.mark.tier("landing")
 
@@ -95,7 +96,7 @@ def test_a_process_that_ignores_sigterm_does_not_hold_the_services_past_the_time
     container.wait_until_healthy()
     docker("exec", "--detach", container.name, "python3", "-c",
            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)")
-    wait_until(lambda: "time.sleep(600)" in container.run("ps -eo args", user=None).stdout, 30)
+    wait_until(lambda: "time.sleep(600)" in container.run("ps -eo args", user=None).stdout, SETTLES_S)
     started = time.monotonic()
     docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
     assert time.monotonic() - started < GRACE_PERIOD_S / 2

@@ -13,6 +13,7 @@ import pytest
 from tests.support.containers import docker
 from tests.support.stopping import GRACE_PERIOD_S, endless_run_command, read_file, saved_checkpoints, wait_until_trained
 from tests.support.waiting import wait_until
+from tests.support import SETTLES_S, STARTS_S
 
 pytestmark = pytest.mark.tier("landing")
 
@@ -34,7 +35,7 @@ def test_docker_stop_saves_a_trainer_beside_thousands_of_idle_processes(containe
     wait_until_trained(container, "crowd")
     docker("exec", "--detach", "--user", "dev", container.name, "bash", "-c",
            f"for _ in $(seq {IDLE_PROCESSES}); do tail -f /dev/null & done; wait")
-    wait_until(lambda: process_count(container) >= IDLE_PROCESSES, 180, interval=2,
+    wait_until(lambda: process_count(container) >= IDLE_PROCESSES, STARTS_S, interval=2,
                failure=lambda: f"only {process_count(container)} processes started")
 
     started = time.monotonic()
@@ -49,7 +50,7 @@ def test_docker_stop_with_a_full_pid_table_exits_0_without_forking(containers):
     """A bounded fork bomb fills --pids-limit; the stop path still signals, waits and exits 0."""
     container = containers(options=["--pids-limit", str(PIDS_LIMIT), "--env", "ENABLE_JUPYTER=0"])
     docker("exec", "--detach", container.name, "bash", "-c", "while :; do sleep infinity & done")
-    wait_until(lambda: process_count(container) >= PIDS_LIMIT - 10, 60, interval=1,
+    wait_until(lambda: process_count(container) >= PIDS_LIMIT - 10, SETTLES_S, interval=1,
                failure=lambda: f"only {process_count(container)} processes started")
 
     started = time.monotonic()

@@ -15,6 +15,7 @@ from tests.support.containers import docker
 from tests.support.stopping import GRACE_PERIOD_S, endless_flags, read_file, saved_checkpoints, wait_until_trained
 from tests.support.training import trainer_argv, trainer_command
 from tests.support.waiting import wait_until
+from tests.support import SETTLES_S
 
 pytestmark = pytest.mark.tier("landing")
 
@@ -77,7 +78,7 @@ def test_a_pkill_python_inside_the_container_stops_nothing(containers):
     container.wait_until_started()
     docker("exec", container.name, "pkill", "python", check=False)
     line = "ignored SIGTERM from process"
-    wait_until(lambda: line in container.logs(), 30, failure=lambda: container.logs()[-3000:])
+    wait_until(lambda: line in container.logs(), SETTLES_S, failure=lambda: container.logs()[-3000:])
     assert container.state()["Status"] == "running", container.logs()[-3000:]
     logs = stop(container)
     # The command (sleep, a session holder) ends at step 3: its status, 128 + SIGTERM, is the container's.
@@ -95,7 +96,7 @@ def test_work_a_command_leaves_in_the_background_is_stopped_with_a_line(containe
               "while [ ! -e /tmp/background.ready ] || [ ! -e /tmp/go ]; do sleep 0.1; done; exit 3")
     container = containers(command=["bash", "-c", script], options=NO_JUPYTER)
     docker("exec", container.name, "touch", "/tmp/go")
-    wait_until(lambda: container.state()["Status"] == "exited", 120, failure=lambda: container.logs()[-3000:])
+    wait_until(lambda: container.state()["Status"] == "exited", SETTLES_S, failure=lambda: container.logs()[-3000:])
     logs = container.logs()
     assert container.state()["ExitCode"] == 3, logs[-3000:]
     assert "the command exited (status 3) and left work running; stopping it as docker stop does" in logs, logs

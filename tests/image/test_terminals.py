@@ -16,6 +16,7 @@ from tests.support.containers import docker, run_container_to_completion
 from tests.support.stopping import GRACE_PERIOD_S, endless_flags, read_file, saved_checkpoints, wait_until_trained
 from tests.support.training import trainer_command
 from tests.support.waiting import wait_until
+from tests.support import SETTLES_S
 
 pytestmark = pytest.mark.tier("landing")
 
@@ -63,7 +64,7 @@ def test_ctrl_c_at_the_terminal_reaches_the_job_not_the_supervisor(containers, t
     wait_until_trained(container, "interrupted")
     # What Ctrl-C does: SIGINT to the terminal's foreground process group (PID 1's tpgid).
     container.run("kill -INT -- -$(ps -o tpgid= -p 1 | tr -d ' ')", user=None)
-    wait_until(lambda: container.state()["Status"] == "exited", 120, failure=lambda: container.logs()[-3000:])
+    wait_until(lambda: container.state()["Status"] == "exited", SETTLES_S, failure=lambda: container.logs()[-3000:])
     logs = container.logs()
     assert "stopped by SIGINT at step" in read_file(container, "/tmp/interrupted.log", tmp_path), logs[-3000:]
     # The supervisor is not in the terminal's foreground: it got no SIGINT, to stop on or to ignore.
@@ -75,7 +76,7 @@ def test_an_interactive_shell_with_its_terminal_outside_does_not_hold_up_the_sto
     container = containers(options=["--env", "ENABLE_JUPYTER=0"])
     container.wait_until_started()
     docker("exec", "--detach", "--tty", "--user", "dev", container.name, "bash", "-i")
-    wait_until(lambda: "bash -i" in container.run("ps -eo args", user=None).stdout, 30)
+    wait_until(lambda: "bash -i" in container.run("ps -eo args", user=None).stdout, SETTLES_S)
     started = time.monotonic()
     docker("stop", "--time", "30", container.name, timeout=60)
     took, logs = time.monotonic() - started, container.logs()

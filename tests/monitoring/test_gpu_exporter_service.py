@@ -9,6 +9,7 @@ import pytest
 
 from tests.support.containers import host_has_nvidia_runtime
 from tests.support.waiting import wait_until
+from tests.support import SETTLES_S
 
 pytestmark = pytest.mark.tier("landing")
 
@@ -20,7 +21,7 @@ def test_the_exporter_serves_once_switched_on(containers, command):
     if host_has_nvidia_runtime():
         pytest.skip("this host has GPUs: the exporter's GPU series are checked by the gpu-marked tests")
     container = containers(command=command, options=["--env", "ENABLE_GPU_EXPORTER=1", "--env", "ENABLE_JUPYTER=0"])
-    metrics = wait_until(lambda: container.run(SCRAPE).stdout, 60, failure=lambda: container.logs())
+    metrics = wait_until(lambda: container.run(SCRAPE).stdout, SETTLES_S, failure=lambda: container.logs())
     assert "gpu_exporter_gpus 0.0" in metrics, metrics
     assert "GPU exporter: /metrics on port 9400" in container.logs()
 
@@ -49,7 +50,7 @@ print("answered" if "gpu_exporter_gpus" in page else "silent", "dropped" if drop
 @pytest.mark.tier("full")
 def test_the_exporter_answers_beside_idle_clients_and_drops_them(containers):
     container = containers(command=["sleep", "infinity"], options=["--env", "ENABLE_GPU_EXPORTER=1"])
-    wait_until(lambda: container.run(SCRAPE).rc == 0, 60, failure=lambda: container.logs())
+    wait_until(lambda: container.run(SCRAPE).rc == 0, SETTLES_S, failure=lambda: container.logs())
     result = container.run(f"python3 -c '{IDLE_CLIENTS}'", timeout=90)
     assert result.stdout.split() == ["answered", "dropped"], result.stdout + result.stderr
     assert "Traceback" not in container.logs(), container.logs()
@@ -59,6 +60,6 @@ def test_the_exporter_answers_beside_idle_clients_and_drops_them(containers):
 def test_the_exporter_listens_only_where_gpu_exporter_address_says(containers):
     container = containers(command=["sleep", "infinity"],
                            options=["--env", "ENABLE_GPU_EXPORTER=1", "--env", "GPU_EXPORTER_ADDRESS=127.0.0.1"])
-    wait_until(lambda: container.run(SCRAPE).rc == 0, 60, failure=lambda: container.logs())
+    wait_until(lambda: container.run(SCRAPE).rc == 0, SETTLES_S, failure=lambda: container.logs())
     outside = container.run('curl --silent --max-time 5 "http://$(hostname -i | cut -d" " -f1):9400/metrics"')
     assert outside.rc != 0, outside.stdout

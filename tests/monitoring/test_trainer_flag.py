@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.training import TINY_MODEL, trainer_command
 from tests.support.waiting import wait_until
+from tests.support import SETTLES_S
 
 pytestmark = pytest.mark.tier("landing")
 
@@ -30,7 +31,7 @@ def test_a_bad_port_is_one_line_naming_the_flag(training_container):
 def test_a_taken_port_is_one_line_saying_what_to_do(training_container):
     training_container.run("python -m http.server 9411 --bind 127.0.0.1 >/dev/null 2>&1 & echo $! >/tmp/taken.pid")
     try:
-        wait_until(lambda: training_container.run("ss -ltnH 'sport = :9411'").stdout.strip(), 30,
+        wait_until(lambda: training_container.run("ss -ltnH 'sport = :9411'").stdout.strip(), SETTLES_S,
                    failure="the server that takes port 9411 did not listen")
         result = training_container.run(f"{TRAINER} --prometheus-port 9411 --max-steps 1")
     finally:
@@ -50,7 +51,7 @@ def test_only_local_rank_0_of_a_node_serves(training_container):
         exposition = training_container.run(f"curl -fs localhost:{PORT}/metrics").stdout
         return exposition if re.search(r"^trainer_loss", exposition, re.M) else None
     try:
-        exposition = wait_until(metrics_with_a_loss, 100, interval=1, failure=lambda: (
+        exposition = wait_until(metrics_with_a_loss, SETTLES_S, interval=1, failure=lambda: (
             f"no trainer_loss on port {PORT}:\n" + training_container.run("cat /tmp/ranks.log").stdout))
         # Listeners on the trainer's port and the next ones, where a server per rank would also listen.
         count = training_container.run("ss -ltnH | awk '{print $4}' | grep -cE ':941[2-9]$'").stdout.strip()

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tests.support.runtime_rules import SSH_OFF_LINE, TOKEN, TRAIN, checkpoints
-from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, SETTLES_S, STARTS_S
 from tests.support.containers import free_port
 from tests.support.podman import RootlessPodman, load_image, reset, rootless_podman
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
@@ -60,7 +60,7 @@ def wait_for_jupyter(port: int, failure: str | Callable[[], str]) -> None:
             return requests.get(f"http://127.0.0.1:{port}/api/status", timeout=HTTP_TIMEOUT_S).status_code == 403
         except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             return False
-    wait_until(answers, 120, interval=1, failure=failure)
+    wait_until(answers, SETTLES_S, interval=1, failure=failure)
 
 
 def check_jupyter_wants_its_token(port: int) -> None:
@@ -80,7 +80,7 @@ def test_rootless_podman_services_jupyter_ssh_and_podman_stop_saving_a_tmux_trai
             status, out, err = run(client, f"id -un && tmux new-session -d -s train {json.dumps(TMUX_TRAINER)}")
         assert (status, out.split()) == (0, ["dev"]), err
         wait_until(lambda: podman.run("exec", name, "grep", "-q", '"step": 2,', "/tmp/tmux.jsonl").returncode == 0,
-                   240, failure=lambda: podman.run("exec", name, "cat", "/tmp/tmux.log").stdout)
+                   STARTS_S, failure=lambda: podman.run("exec", name, "cat", "/tmp/tmux.log").stdout)
         podman.run("stop", "--time", str(GRACE_PERIOD_S), name, timeout=GRACE_PERIOD_S + 30, check=True)
         state = podman.run("inspect", "--format", "{{.State.ExitCode}}", name, check=True).stdout.strip()
         copies = podman.folder()

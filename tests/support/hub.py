@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import requests
 
-from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, SETTLES_S
 from tests.support.compose import compose
 from tests.support.containers import docker, engine_memlock_limit, free_port, host_has_nvidia_runtime
 from tests.support.jupyter_websockets import JupyterAccess
@@ -97,7 +97,7 @@ def running_hub(image: str, folder: pathlib.Path, **settings: str) -> Iterator[H
     started = compose("--project-name", run, "up", "--detach", files=files, env=env)
     try:
         assert started.returncode == 0, started.stderr
-        wait_until(lambda: hub_answers(hub), 120, failure=hub.logs)
+        wait_until(lambda: hub_answers(hub), SETTLES_S, failure=hub.logs)
         yield hub
     finally:
         users = {ADMIN, *USERS, *hub.passwords}

@@ -14,7 +14,7 @@ import subprocess
 import urllib.request
 from collections.abc import Iterator
 
-from tests.support import HTTP_TIMEOUT_S
+from tests.support import HTTP_TIMEOUT_S, SETTLES_S
 from tests.support.containers import free_port
 from tests.support.host_tools import skip_where_missing
 from tests.support.waiting import wait_until
@@ -49,7 +49,7 @@ def local_registry(root: pathlib.Path) -> Iterator[str]:
             except OSError:
                 assert process.poll() is None, f"docker-registry exited: {log.read_text()}"
                 return False
-        wait_until(answers, 30, interval=0.2, failure=lambda: f"docker-registry did not answer on {address}: {log.read_text()}")
+        wait_until(answers, SETTLES_S, interval=0.2, failure=lambda: f"docker-registry did not answer on {address}: {log.read_text()}")
         yield address
     finally:
         process.terminate()

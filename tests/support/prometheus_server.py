@@ -16,7 +16,7 @@ import uuid
 import requests
 import yaml
 
-from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, SETTLES_S
 from tests.support.containers import LIVE_CONTAINERS, Container, docker
 from tests.support.waiting import wait_until
 
@@ -99,5 +99,5 @@ def start_prometheus(network: str, config_dir: pathlib.Path) -> PrometheusServer
         except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             container.fail_if_exited("before Prometheus was ready")
             return False
-    wait_until(ready, 60, failure=lambda: f"Prometheus did not become ready:\n{container.logs()[-3000:]}")
+    wait_until(ready, SETTLES_S, failure=lambda: f"Prometheus did not become ready:\n{container.logs()[-3000:]}")
     return PrometheusServer(container, url)

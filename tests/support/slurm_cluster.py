@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from tests.support.containers import free_port
 from tests.support.host_tools import skip_where_missing
 from tests.support.waiting import wait_until
+from tests.support import SETTLES_S
 
 COMMAND_TIMEOUT_S = 30
 
@@ -47,7 +48,7 @@ def ensure_munged() -> None:
     os.makedirs("/run/munge", exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
     subprocess.run(["runuser", "-u", "munge", "--", "munged"], check=True, timeout=COMMAND_TIMEOUT_S)
-    wait_until(munge_works, 10, interval=0.2, failure="munged started but `munge -n | unmunge` still fails")
+    wait_until(munge_works, SETTLES_S, interval=0.2, failure="munged started but `munge -n | unmunge` still fails")
 
 
 SLURM_CONF = """\

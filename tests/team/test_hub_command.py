@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from tests.support import HTTP_TIMEOUT_S
+from tests.support import HTTP_TIMEOUT_S, SETTLES_S
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.tier("landing")
@@ -58,7 +58,7 @@ def test_a_hub_naming_jupyterhub_singleuser_as_its_command_gets_the_hub_server(c
             return requests.get(api, timeout=HTTP_TIMEOUT_S, allow_redirects=False).status_code in (200, 302, 401, 403)
         except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             return False
-    wait_until(answers, 120, interval=1, failure=lambda: container.logs()[-3000:])
+    wait_until(answers, SETTLES_S, interval=1, failure=lambda: container.logs()[-3000:])
     logs = container.logs()
     assert "JupyterHub single-user server for hub user 'alice'" in logs and "refuses to start" not in logs, logs[-3000:]
     # The server's name as the stop path sees it (15 bytes): a session holder, stopped last.
@@ -66,5 +66,5 @@ def test_a_hub_naming_jupyterhub_singleuser_as_its_command_gets_the_hub_server(c
     assert len(server) == 1, container.run("ps -eo pid,comm,args").stdout
     # Shut down on purpose (File > Shut Down, the hub's idle culler both end it with 0): the hub gets 0.
     container.run(f"kill -TERM {server[0]}")
-    wait_until(lambda: not container.state()["Running"], 60, interval=1, failure=lambda: container.logs()[-3000:])
+    wait_until(lambda: not container.state()["Running"], SETTLES_S, interval=1, failure=lambda: container.logs()[-3000:])
     assert container.state()["ExitCode"] == 0, container.logs()[-3000:]

@@ -18,6 +18,7 @@ from tests.support.hub import USERS, Hub, JupyterAccess, add_user, hub_answers, 
 from tests.support.jupyter_websockets import run_in_terminal
 from tests.support.training import TINY_RUN, trainer_command
 from tests.support.waiting import wait_until
+from tests.support import SETTLES_S, STARTS_S
 
 pytestmark = pytest.mark.tier("full")
 
@@ -45,7 +46,7 @@ def trainer(hub, servers) -> str:
     command = f"cd /workspace && {trainer_command(flags, nproc=1, timeout_s=None)} > /workspace/train.log 2>&1"
     run_in_terminal(servers["alice"], f'{command} & echo "trainer""-started"', "trainer-started")
     container = hub.container_of("alice")
-    wait_until(lambda: steps(container)[-1:] >= [2], 240, interval=1, failure="the trainer never trained")
+    wait_until(lambda: steps(container)[-1:] >= [2], STARTS_S, interval=1, failure="the trainer never trained")
     return container
 
 
@@ -63,11 +64,11 @@ def test_a_hub_restart_leaves_the_servers_and_their_training_running(hub, server
     since = started_at(trainer)
     before = steps(trainer)[-1]
     docker("restart", hub.container, timeout=120)
-    wait_until(lambda: hub_answers(hub), 120, failure=hub.logs)
+    wait_until(lambda: hub_answers(hub), SETTLES_S, failure=hub.logs)
     # The restarted hub's proxy routes to alice's server again, for the session she had.
     alice = servers["alice"]
-    wait_until(lambda: alice.get("api/status").status_code == 200, 60, interval=1, failure=hub.logs)
-    wait_until(lambda: steps(trainer)[-1] > before + 2, 120, interval=1, failure="the trainer stopped training")
+    wait_until(lambda: alice.get("api/status").status_code == 200, SETTLES_S, interval=1, failure=hub.logs)
+    wait_until(lambda: steps(trainer)[-1] > before + 2, SETTLES_S, interval=1, failure="the trainer stopped training")
     assert started_at(trainer) == since, "alice's container was restarted"
     logged = steps(trainer)
     assert logged == sorted(set(logged)), f"the trainer started over: {logged}"
@@ -83,6 +84,6 @@ def test_the_culler_stops_an_idle_server_but_not_one_whose_trainer_runs(hub, ser
     # Past the timeout and two of the culler's rounds with alice idle too, but for her trainer.
     time.sleep(max(0.0, idle_since + IDLE_TIMEOUT_S * 1.5 + 15 - time.monotonic()))
     before = steps(trainer)[-1]
-    wait_until(lambda: steps(trainer)[-1] > before + 2, 60, interval=1, failure="the trainer stopped training")
+    wait_until(lambda: steps(trainer)[-1] > before + 2, SETTLES_S, interval=1, failure="the trainer stopped training")
     assert docker("container", "inspect", "--format", "{{.State.Running}}", trainer).stdout.strip() == "true", \
         "the culler stopped alice's server while her trainer ran: " + hub.logs()

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests.support import HTTP_TIMEOUT_S
+from tests.support import HTTP_TIMEOUT_S, SETTLES_S, STARTS_S
 from tests.support.containers import docker
 from tests.support.hub import USERS, Hub, JupyterAccess, add_user, log_in, open_jupyterlab, running_hub
 from tests.support.jupyter_websockets import run_in_kernel, run_in_terminal
@@ -50,7 +50,7 @@ def test_each_user_gets_a_container_of_the_image(hub, servers, image):
         # The healthcheck finds the server under the hub's prefix (/user/NAME/) and port.
         wait_until(lambda: json.loads(docker("container", "inspect", "--format", "{{json .State.Health}}",
                                              hub.container_of(user)).stdout)["Status"] == "healthy",
-                   90, interval=1, failure=f"{user}'s container did not turn healthy")
+                   SETTLES_S, interval=1, failure=f"{user}'s container did not turn healthy")
 
 
 def test_a_kernel_imports_torch_as_the_hub_user(servers):
@@ -109,13 +109,13 @@ def test_stopping_a_server_from_the_hub_saves_a_trainer_started_in_its_terminal(
     run_in_terminal(alice, f'{command} & echo "trainer""-started"', "trainer-started")
     container = hub.container_of("alice")
     wait_until(lambda: docker("exec", container, "grep", "-q", '"step": 2,', "/workspace/stop.jsonl",
-                              check=False).returncode == 0, 240, interval=1, failure="the trainer never trained")
+                              check=False).returncode == 0, STARTS_S, interval=1, failure="the trainer never trained")
 
     hub_session = alice.session
     stopped = hub_session.delete(hub.url + "hub/api/users/alice/server", timeout=HTTP_TIMEOUT_S, headers={
         "X-XSRFToken": hub_session.cookies.get("_xsrf", path="/hub/"), "Referer": hub.url + "hub/home"})
     assert stopped.status_code in (202, 204), stopped.text
-    wait_until(lambda: docker("container", "inspect", container, check=False).returncode != 0, 90, interval=1,
+    wait_until(lambda: docker("container", "inspect", container, check=False).returncode != 0, SETTLES_S, interval=1,
                failure=lambda: "the hub did not stop alice's container: "
                + docker("container", "inspect", "--format", "{{json .State}}", container, check=False).stdout
                + docker("logs", f"{hub.run}-hub", check=False).stderr[-3000:])

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, SETTLES_S, STARTS_S
 from tests.support.containers import free_port, running_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.jupyter_websockets import JupyterAccess, run_in_kernel, run_in_terminal
@@ -90,7 +90,7 @@ def nginx(jupyter_under_a_prefix) -> Iterator[tuple[str, str]]:
         except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             return False
     try:
-        wait_until(answers, 30, failure="nginx did not answer")
+        wait_until(answers, SETTLES_S, failure="nginx did not answer")
         yield base, cert
     finally:
         server.terminate()
@@ -137,7 +137,7 @@ def test_tensorboard_is_served_under_the_prefix_only_with_authentication(jupyter
         except requests.Timeout:
             return None
         return response if response.status_code == 200 else None
-    page = wait_until(tensorboard_page, 300, interval=2, failure="TensorBoard did not answer under the prefix")
+    page = wait_until(tensorboard_page, STARTS_S, interval=2, failure="TensorBoard did not answer under the prefix")
     assert "tensorboard" in page.text.lower()
 
 
