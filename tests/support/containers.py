@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import testinfra
 
+from tests.support import SETTLES_S
 from tests.support.waiting import wait_until
 
 DOCKER_TIMEOUT_S = 120
@@ -110,7 +111,7 @@ class Container:
         if not state["Running"]:
             raise AssertionError(f"{self.name} exited with {state['ExitCode']} {during}:\n{self.logs()[-3000:]}")
 
-    def wait_for_log(self, text: str, timeout: float = 60) -> str:
+    def wait_for_log(self, text: str, timeout: float = SETTLES_S) -> str:
         def logs_with_text() -> str | None:
             logs = self.logs()
             if text in logs:
@@ -119,7 +120,7 @@ class Container:
             return None
         return wait_until(logs_with_text, timeout, failure=f"{text!r} did not appear in the logs of {self.name}")
 
-    def wait_until_healthy(self, timeout: float = 90) -> None:
+    def wait_until_healthy(self, timeout: float = SETTLES_S) -> None:
         def healthy() -> bool:
             if self.state().get("Health", {}).get("Status") == "healthy":
                 return True
@@ -127,7 +128,7 @@ class Container:
             return False
         wait_until(healthy, timeout, interval=1, failure=f"{self.name} did not turn healthy")
 
-    def wait_until_started(self, timeout: float = 60) -> None:
+    def wait_until_started(self, timeout: float = SETTLES_S) -> None:
         """Waits until the entrypoint finished start-up (it touches /run/container/started)."""
         def started() -> bool:
             if docker("exec", self.name, "test", "-e", "/run/container/started", check=False).returncode == 0:
@@ -157,7 +158,7 @@ def start_container(image: str, command: list[str] | None = None, options: list[
 
 @contextlib.contextmanager
 def running_container(image: str, command: list[str] | None = None, options: list[str] | None = None,
-                      healthy: bool = True, timeout: float = 90) -> Iterator[Container]:
+                      healthy: bool = True, timeout: float = SETTLES_S) -> Iterator[Container]:
     """A container of IMAGE that finished start-up and, unless HEALTHY is False, turned healthy within
     TIMEOUT seconds; removed when the block ends, however it ends (a fixture's `with ... as c: yield c`).
     A container that never turns healthy fails with its logs, which its removal would otherwise take."""

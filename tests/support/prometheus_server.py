@@ -77,7 +77,7 @@ class PrometheusServer:
         data = self.api("query", query=expr)
         return data["result"] if data["resultType"] in ("vector", "matrix") else [data["result"]]
 
-    def wait_for(self, expr: str, timeout: float = 90) -> list[dict]:
+    def wait_for(self, expr: str, timeout: float = SETTLES_S) -> list[dict]:
         """Polls EXPR until it returns something; returns that."""
         return wait_until(lambda: self.query(expr), timeout, interval=1,
                           failure=lambda: f"{expr} returned nothing; targets: {self.api('targets')}")

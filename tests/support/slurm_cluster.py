@@ -112,7 +112,7 @@ class SlurmCluster:
     def node_state(self) -> str:
         return self.run("sinfo", "--noheader", "--Node", "--format=%t", check=False).stdout.strip()
 
-    def wait_until_node_is_idle(self, timeout: float = 60) -> None:
+    def wait_until_node_is_idle(self, timeout: float = SETTLES_S) -> None:
         wait_until(lambda: self.node_state() == "idle", timeout,
                    failure=lambda: f"node {self.node} is {self.node_state()!r}, not idle:\n{self.daemon_logs()}")
 
