@@ -82,6 +82,19 @@ def test_an_idle_kernel_is_no_work_a_hub_keeps_a_server_running_for():
     assert user_work(table(python(21, 20, KERNEL)), CONTAINER) == set()
 
 
+def test_vs_code_in_the_browser_holds_its_terminals_and_the_trainer_in_one_is_signalled():
+    """code-server (the -vscode variant's node, under that name) below JupyterLab: its server, terminal
+    host and the shell in its terminal hold sessions; the trainer typed there is the work."""
+    server = Process(21, 20, "MainThread", "code-server")  # Node 24 names its main thread so
+    pty_host = Process(22, 21, "MainThread", "code-server", holds_terminal=True)
+    processes = table(server, pty_host, shell(23, 22), python(24, 23, TORCHRUN, "torchrun"), python(25, 24))
+    plan = plan_signals(processes, CONTAINER)
+    assert plan.signal == (25,) and plan.work == {24, 25}
+    assert user_work(table(server, pty_host, shell(23, 22)), CONTAINER) == set(), "an idle editor is no work"
+    users_node = Process(30, 0, "MainThread", "node")
+    assert plan_signals(table(users_node), CONTAINER).signal == (30,), "another Node program is work"
+
+
 def test_torchruns_workers_are_signalled_instead_of_torchrun():
     processes = table(shell(12, 10), python(13, 12, TORCHRUN, "torchrun"), python(14, 13), python(15, 13))
     assert plan_signals(processes, CONTAINER).signal == (14, 15)

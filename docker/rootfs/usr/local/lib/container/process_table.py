@@ -123,7 +123,7 @@ def read_as_owners(pids: list[int], read: Callable[[int], T], owners: dict[int, 
 
 def read_program_and_command(pid: int, name: str) -> tuple[str | None, str]:
     program = None
-    if stop_policy.is_holder_by_name(name):
+    if stop_policy.may_be_holder(name):
         exe = readlink(f"/proc/{pid}/exe")
         program = None if exe is None else os.path.basename(exe.removesuffix(" (deleted)"))
     return program, read_command(pid) if stop_policy.may_be_python(program or name) else ""
@@ -176,7 +176,7 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
         else:
             rows[pid] = (parent, name, session, tty)
     worth_reading = [pid for pid, (_, name, _, _) in rows.items()
-                     if stop_policy.is_holder_by_name(name) or stop_policy.may_be_python(name)]
+                     if stop_policy.may_be_holder(name) or stop_policy.may_be_python(name)]
     details = read_as_owners(worth_reading, lambda pid: read_program_and_command(pid, rows[pid][1]),
                            owners)
     # What a kernel forked runs its command line under any name (a loop's DataLoader workers), and stays

@@ -42,12 +42,17 @@ import signal
 
 # Programs that hold sessions open (basenames of /proc/PID/exe). The Jupyter servers and notebook
 # kernels are Python programs, told by their command line (JUPYTER_COMMAND).
+# code-server is the -vscode variant's node, installed under that name (docker/build/install-code-server.sh):
+# its server, terminal host and extension host hold the editor's sessions as JupyterLab holds its own.
 HOLDER_PROGRAMS = frozenset({"tini", "sshd", "bash", "sh", "dash", "zsh", "fish", "tmux", "screen",
-                             "setpriv", "sleep"})
+                             "setpriv", "sleep", "code-server"})
 # The same by name (/proc/PID/comm, at most 15 bytes), for a process whose executable cannot be read.
 HOLDER_NAMES = frozenset({"tini", "sshd", "bash", "sh", "dash", "zsh", "fish", "tmux: server", "tmux: client",
                           "screen", "SCREEN", "jupyter-lab", "jupyterhub-sing", "jupyter-server",
                           "jupyter-noteboo", "setpriv", "sleep"})
+# Names a holder's program gives its main thread whatever its executable (Node 24 calls it MainThread, so
+# code-server's processes carry that name): for these the executable is read, and decides alone.
+RENAMED_HOLDER_NAMES = frozenset({"MainThread"})
 KERNEL_COMMAND = re.compile(r"ipykernel_launcher|-m ipykernel")
 JUPYTER_COMMAND = re.compile(r"(^|/)(jupyter-lab|jupyterhub-singleuser|jupyter-server|jupyter-notebook)( |$)"
                              r"|" + KERNEL_COMMAND.pattern)
@@ -96,8 +101,13 @@ def is_python(process: Process) -> bool:
 
 
 def is_holder_by_name(name: str) -> bool:
-    """Whether a process of this name may hold sessions: only for these is the executable read."""
+    """Whether a process of this name holds sessions, where its executable cannot be read."""
     return name in HOLDER_NAMES
+
+
+def may_be_holder(name: str) -> bool:
+    """Whether a process of this name may hold sessions: only for these is the executable read."""
+    return name in HOLDER_NAMES or name in RENAMED_HOLDER_NAMES
 
 
 def is_holder(process: Process, container: Container) -> bool:
