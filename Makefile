@@ -10,7 +10,10 @@ SHELL := /bin/bash
 
 FLAVOR ?= gpu
 IMAGE ?= pytorch-dev
-TAG ?= $(FLAVOR)-latest
+# VSCODE=1: the -vscode variant, with VS Code in the browser behind JupyterLab's login (docs/editors.md).
+VSCODE ?=
+VSCODE_SUFFIX := $(if $(filter 1,$(VSCODE)),-vscode)
+TAG ?= $(FLAVOR)-latest$(VSCODE_SUFFIX)
 # Versions: their defaults are set once, in the Dockerfile's ARG lines; this reads them from there.
 dockerfile_default = $(shell sed -n 's/^ARG $(1)=//p' Dockerfile)
 NGC_TAG ?= $(call dockerfile_default,NGC_TAG)
@@ -62,11 +65,12 @@ TORCH_OF_FLAVORS = torch: CPU flavor $(TORCH_VERSION), GPU flavor $(NGC_TORCH_VE
 .PHONY: help
 help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables: FLAVOR=gpu|cpu IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE"
+	@echo "Variables: FLAVOR=gpu|cpu VSCODE=1 IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE"
 	@echo "Versions (Dockerfile defaults): NGC_TAG=$(NGC_TAG) TORCH_VERSION=$(TORCH_VERSION) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE)"
 	@echo "$(TORCH_OF_FLAVORS)"
 
 BUILD_ARGS = --build-arg FLAVOR=$(FLAVOR) \
+  --build-arg VSCODE=$(if $(VSCODE_SUFFIX),1,0) \
   --build-arg NGC_TAG=$(NGC_TAG) \
   --build-arg CPU_BASE_IMAGE=$(CPU_BASE_IMAGE) \
   --build-arg BASE_DIGEST=$(PINNED_BASE_DIGEST) \
@@ -264,8 +268,12 @@ tags: ## Print the release tags of the built $(IMAGE):$(TAG), one a line
 	@python3 tools/release/tags.py $(IMAGE_REF)
 
 .PHONY: push
-push: ## Push $(IMAGE):$(TAG) under every release tag to REGISTRY=host[:port][/namespace]
-	@python3 tools/release/push.py "$(REGISTRY)" $(IMAGE_REF) $(RELEASE_DIR)
+# What the release targets publish: $(IMAGE):$(TAG), and its -vscode variant when one was built from the
+# same commit (tools/release/variants.py). Assigned before the loop, so that its failure stops the target.
+RELEASE_IMAGES = images=$$(python3 tools/release/variants.py $(IMAGE_REF)); for image in $$images
+
+push: ## Push $(IMAGE):$(TAG) (and its -vscode variant, if built) under every release tag to REGISTRY=host[:port][/namespace]
+	@$(RELEASE_IMAGES); do python3 tools/release/push.py "$(REGISTRY)" "$$image" $(RELEASE_DIR); done
 
 .PHONY: sbom
 sbom: ## Write the CycloneDX SBOM (OS + Python packages) of $(IMAGE):$(TAG) into .build/
@@ -281,11 +289,11 @@ COSIGN_PUB ?=
 
 .PHONY: zstd
 zstd: ## Publish <tag>-zstd of every pushed tag: our layers zstd (OCI), the base's byte-identical
-	@python3 tools/release/zstd_variant.py $(IMAGE_REF) $(BASE_REF) $(RELEASE_DIR)
+	@$(RELEASE_IMAGES); do python3 tools/release/zstd_variant.py "$$image" $(BASE_REF) $(RELEASE_DIR); done
 
 .PHONY: sign
 sign: ## Sign every reference `make push` (and `make zstd`) published, by digest, with SBOM + provenance (COSIGN_KEY=FILE)
-	@python3 tools/release/sign.py $(IMAGE_REF) $(RELEASE_DIR) "$(COSIGN_KEY)"
+	@$(RELEASE_IMAGES); do python3 tools/release/sign.py "$$image" $(RELEASE_DIR) "$(COSIGN_KEY)"; done
 
 .PHONY: verify
 verify: ## Verify IMAGE=REF[:tag][@digest]: signature, SBOM and provenance attestations (COSIGN_PUB=FILE)
@@ -293,7 +301,7 @@ verify: ## Verify IMAGE=REF[:tag][@digest]: signature, SBOM and provenance attes
 
 .PHONY: scan
 scan: ## Gate on vulnerabilities: Python packages (OSV) and, CPU flavor, Debian security updates (SCAN_SEVERITY SCAN_ALLOWLIST)
-	@python3 tools/release/scan.py $(IMAGE_REF) $(RELEASE_DIR)
+	@$(RELEASE_IMAGES); do python3 tools/release/scan.py "$$image" $(RELEASE_DIR); done
 
 .PHONY: release-notes
 release-notes: ## Print the release notes: both flavors' torch, then every reference pushed and signed

@@ -7,33 +7,20 @@ Chromium is Debian's (/usr/bin/chromium), driven by Playwright. Screenshots go t
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 
-from tests.support import REPO_ROOT
-from tests.support.host_tools import skip_where_missing
+from tests.support.browser import chromium, screenshot
 
 pytestmark = pytest.mark.tier("landing")
 
 TOKEN = "browser-test-token-5e0b7a"
-# Chromium as root in a sandbox-less CI machine, with nothing that calls out to the internet.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 NOTEBOOK_RUN_TIMEOUT_MS = 300_000
-ARTIFACTS_DIR = REPO_ROOT / "test-artifacts"
 
 
 @pytest.fixture(scope="module")
 def browser():
-    chromium = shutil.which("chromium")
-    if not chromium:
-        skip_where_missing("no Chromium on this host: apt-get install chromium")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+    yield from chromium()
 
 
 @pytest.fixture
@@ -42,11 +29,6 @@ def jupyter_url(containers) -> str:
                                     "--env", f"JUPYTER_TOKEN={TOKEN}"])
     container.wait_until_healthy()
     return f"http://127.0.0.1:{container.published_port(8888)}"
-
-
-def screenshot(page, name: str) -> None:
-    ARTIFACTS_DIR.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS_DIR / name), full_page=True)
 
 
 def test_the_sample_notebook_opens_by_default_and_runs_to_the_end(browser, jupyter_url):

@@ -81,6 +81,11 @@ def test_sboms_of_two_ngc_releases_built_from_one_commit_have_their_own_names():
 @pytest.mark.parametrize(("tag", "moving"), [
     ("latest", True), ("cpu-latest", True), ("gpu-latest-zstd", True), ("latest-zstd", True),
     ("cpu-torch2.13.0-cpu-bookworm-20261130-g0123456", False), ("cpu-torch2.13.0-cpu-bookworm-20261130-g0123456-zstd", False),
-    ("latest-dirty", False), ("notlatest", False)])
+    ("latest-dirty", False), ("notlatest", False), ("cpu-latest-vscode", True), ("latest-vscode-zstd", True)])
 def test_the_moving_tags_are_latest_and_flavor_latest_with_their_zstd_variants(tag, moving):
     assert tags.is_moving(tag) is moving
+
+
+def test_the_vscode_variant_gets_every_tag_with_vscode_appended():
+    variant = {**GPU_LABELS, "dev.pytorch-dev.vscode": "4.139.1"}
+    assert tags.compute_tags(variant) == [tag + "-vscode" for tag in tags.compute_tags(GPU_LABELS)]

@@ -9,6 +9,8 @@ Scheme (docs/releases.md):
     <flavor>-latest                                                          moving, newest of the flavor
     latest                                                                   moving, newest GPU build only
 
+The -vscode variant (make build VSCODE=1) gets each of these with `-vscode` appended.
+
 A build whose image files (Dockerfile, entrypoint.sh, docker/, scripts/) differed from the commit gets
 `-dirty` after its immutable tag and no moving tag: it cannot be rebuilt from its commit, so it must
 never become anybody's `latest`.
@@ -31,6 +33,8 @@ BASE_LABEL = "dev.pytorch-dev.base-image"
 REVISION_LABEL = "org.opencontainers.image.revision"
 CREATED_LABEL = "org.opencontainers.image.created"
 DIRTY_LABEL = "dev.pytorch-dev.source-dirty"
+VSCODE_LABEL = "dev.pytorch-dev.vscode"  # the -vscode variant's code-server version (make build VSCODE=1)
+VSCODE_SUFFIX = "-vscode"
 REQUIRED_LABELS = (FLAVOR_LABEL, TORCH_LABEL, CUDA_LABEL, BASE_LABEL, REVISION_LABEL, CREATED_LABEL)
 
 # `latest` names what most users want: the GPU image. CPU users ask for cpu-latest explicitly.
@@ -45,8 +49,9 @@ class ReleaseError(Exception):
 
 
 def is_moving(tag: str) -> bool:
-    """Whether TAG is one of the moving tags above (or its -zstd variant): it names the newest release."""
-    return re.fullmatch(r"([A-Za-z0-9_.]+-)?latest(-zstd)?", tag) is not None
+    """Whether TAG is one of the moving tags above (or its -vscode or -zstd variant): it names the newest
+    release."""
+    return re.fullmatch(r"([A-Za-z0-9_.]+-)?latest(-vscode)?(-zstd)?", tag) is not None
 
 
 def run_command(argv: list[str], usage: str, action: Callable[..., object]) -> int:
@@ -120,6 +125,8 @@ def compute_tags(labels: dict[str, str]) -> list[str]:
         tags = [immutable + "-dirty"]
     else:
         tags = [immutable, f"{flavor}-latest"] + (["latest"] if flavor == FLAVOR_OF_PLAIN_LATEST else [])
+    if labels.get(VSCODE_LABEL):  # the same build with VS Code in the browser: the same tags, marked
+        tags = [tag + VSCODE_SUFFIX for tag in tags]
     for tag in tags:
         if not TAG_PATTERN.fullmatch(tag):
             raise ReleaseError(f"computed tag {tag!r} is not a valid Docker tag; check the image's labels")

@@ -96,3 +96,16 @@ c.ServerProxy.servers = {
         "launcher_entry": {"title": "TensorBoard"},
     },
 }
+
+# VS Code in the browser, in the -vscode variant only (make build VSCODE=1): /vscode/ behind the same login,
+# started on first visit. It listens on a Unix socket the proxy makes in a private folder, so no port of
+# the container reaches it, and its own login is off (/usr/local/lib/container/code-server).
+CODE_SERVER = "/usr/local/lib/container/code-server"
+if os.path.exists("/opt/code-server/libexec/code-server"):
+    c.ServerProxy.servers["vscode"] = {
+        "command": [CODE_SERVER, "{unix_socket}", ROOT_DIR],
+        "unix_socket": True,
+        "timeout": 120,  # seconds: its first start on a busy machine
+        "new_browser_tab": True,
+        "launcher_entry": {"title": "VS Code", "icon_path": "/usr/local/share/container/vscode.svg"},
+    }
