@@ -15,7 +15,8 @@ import pytest
 from tests.support.containers import docker
 from tests.support.notebook_kernel import run_in_a_notebook_kernel, start_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
-from tests.support.stopping import GRACE_PERIOD_S, endless_flags, endless_run_command, read_file, saved_checkpoints, wait_until_trained
+from tests.support.stopping import (GRACE_PERIOD_S, docker_stop_saves, endless_flags, endless_run_command, read_file,
+                                    saved_checkpoints, wait_until_trained)
 from tests.support.waiting import wait_until
 from tests.support import SETTLES_S
 
@@ -78,17 +79,7 @@ def test_docker_stop_saves_a_training_loop_running_in_a_notebook_kernel_itself(c
     start_in_a_notebook_kernel(container, f"http://127.0.0.1:{container.published_port(8888)}", TOKEN,
                                TRAINING_IN_THE_KERNEL)
     wait_until_trained(container, "kernel")
-
-    started = time.monotonic()
-    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
-    took = time.monotonic() - started
-
-    log = read_file(container, "/tmp/kernel.log", tmp_path)
-    assert container.state()["ExitCode"] == 0 and took < GRACE_PERIOD_S, (took, container.logs()[-3000:], log)
-    assert "stopped by SIGTERM at step" in log and "Traceback" not in log, log
-    assert saved_checkpoints(container, "kernel", tmp_path), f"the kernel's loop saved no checkpoint:\n{log}"
-    assert "your processes have exited" in container.logs() and "stopped cleanly" in container.logs(), \
-        container.logs()[-3000:]
+    docker_stop_saves(container, "kernel", tmp_path)
 
 
 def test_a_process_that_ignores_sigterm_does_not_hold_the_services_past_the_timeout(containers):

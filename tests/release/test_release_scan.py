@@ -165,50 +165,38 @@ def test_a_service_that_leaves_packages_unanswered_fails(image, flavor, osv, sec
     assert result.returncode != 0 and "answered" in result.stderr, result.stdout + result.stderr
 
 
-def test_a_pending_debian_security_update_fails(image, flavor, osv, security_suite):
+def failing_debian_updates(image: str, flavor: str, osv_url: str, security_suite: tuple[pathlib.Path, str],
+                           packages: dict[str, str], depends: dict[str, str] | None = None) -> set[str]:
+    """The packages the scan fails on while the security suite lists PACKAGES (with DEPENDS); the scan
+    must fail. The suite is emptied again after."""
     if flavor != "cpu":
         pytest.skip("the Debian part of the scan is for the Debian-based CPU flavor")
     folder, source = security_suite
-    write_flat_apt_repository(folder, {"tini": "99.0-1"})
+    write_flat_apt_repository(folder, packages, depends)
     try:
-        result = scan(image, flavor, osv[1], source)
+        result = scan(image, flavor, osv_url, source)
     finally:
         write_flat_apt_repository(folder, {})
     assert result.returncode != 0, result.stdout + result.stderr
-    assert any(line.split()[1:3] == ["DEBIAN-SECURITY-UPDATE:tini", "tini"] and line.endswith("FAIL")
-               for line in result.stdout.splitlines() if len(line.split()) > 2), result.stdout
+    return {line.split()[2] for line in result.stdout.splitlines()
+            if len(line.split()) > 3 and line.split()[1].startswith("DEBIAN-SECURITY-UPDATE:") and line.endswith("FAIL")}
+
+
+def test_a_pending_debian_security_update_fails(image, flavor, osv, security_suite):
+    assert failing_debian_updates(image, flavor, osv[1], security_suite, {"tini": "99.0-1"}) == {"tini"}
 
 
 def test_a_security_update_that_needs_a_new_package_fails(image, flavor, osv, security_suite):
     """`apt-get upgrade` keeps such an update back and shows nothing: the gate counts what a full upgrade
     installs, the update and the new package it pulls in."""
-    if flavor != "cpu":
-        pytest.skip("the Debian part of the scan is for the Debian-based CPU flavor")
-    folder, source = security_suite
-    write_flat_apt_repository(folder, {"tini": "99.0-1", "libtini-new1": "99.0-1"}, depends={"tini": "libtini-new1"})
-    try:
-        result = scan(image, flavor, osv[1], source)
-    finally:
-        write_flat_apt_repository(folder, {})
-    assert result.returncode != 0, result.stdout + result.stderr
-    failing = {line.split()[2] for line in result.stdout.splitlines()
-               if len(line.split()) > 3 and line.split()[1].startswith("DEBIAN-SECURITY-UPDATE:") and line.endswith("FAIL")}
-    assert failing == {"tini", "libtini-new1"}, result.stdout
+    assert failing_debian_updates(image, flavor, osv[1], security_suite, {"tini": "99.0-1", "libtini-new1": "99.0-1"},
+                                  depends={"tini": "libtini-new1"}) == {"tini", "libtini-new1"}
 
 
 def test_a_security_update_apt_would_keep_back_still_fails(image, flavor, osv, security_suite):
     """An update no upgrade can install here (it needs a package the suite lacks) is pending all the same."""
-    if flavor != "cpu":
-        pytest.skip("the Debian part of the scan is for the Debian-based CPU flavor")
-    folder, source = security_suite
-    write_flat_apt_repository(folder, {"tini": "99.0-1"}, depends={"tini": "libnowhere-to-be-found9"})
-    try:
-        result = scan(image, flavor, osv[1], source)
-    finally:
-        write_flat_apt_repository(folder, {})
-    assert result.returncode != 0, result.stdout + result.stderr
-    assert any(line.split()[1:3] == ["DEBIAN-SECURITY-UPDATE:tini", "tini"] and line.endswith("FAIL")
-               for line in result.stdout.splitlines() if len(line.split()) > 2), result.stdout
+    assert failing_debian_updates(image, flavor, osv[1], security_suite, {"tini": "99.0-1"},
+                                  depends={"tini": "libnowhere-to-be-found9"}) == {"tini"}
 
 
 def test_an_unreachable_debian_security_suite_fails_in_one_line(image, flavor, osv):

@@ -6,6 +6,7 @@ SIGTERM reached it and that it had the time to save.
 from __future__ import annotations
 
 import pathlib
+import time
 
 from tests.support.containers import Container, docker
 from tests.support.training import TINY_RUN, trainer_argv, trainer_command
@@ -54,3 +55,19 @@ def read_file(container: Container, path: str, into: pathlib.Path) -> str:
     target = into / pathlib.PurePath(path).name
     copied = docker("cp", f"{container.name}:{path}", str(target), check=False)
     return target.read_text() if copied.returncode == 0 else ""
+
+
+def docker_stop_saves(container: Container, name: str, into: pathlib.Path) -> str:
+    """Stops CONTAINER as compose does and checks the contract for the trainer NAME: the container exits 0
+    within the grace period with "stopped cleanly", and the trainer logged its stop and saved. Returns
+    its log."""
+    started = time.monotonic()
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    took = time.monotonic() - started
+    log = read_file(container, f"/tmp/{name}.log", into)
+    assert container.state()["ExitCode"] == 0 and took < GRACE_PERIOD_S, (took, container.logs()[-3000:], log)
+    assert "stopped by SIGTERM at step" in log and "Traceback" not in log, log
+    assert saved_checkpoints(container, name, into), f"{name} saved no checkpoint:\n{log}"
+    assert "your processes have exited" in container.logs() and "stopped cleanly" in container.logs(), \
+        container.logs()[-3000:]
+    return log
