@@ -268,12 +268,8 @@ tags: ## Print the release tags of the built $(IMAGE):$(TAG), one a line
 	@python3 tools/release/tags.py $(IMAGE_REF)
 
 .PHONY: push
-# What the release targets publish: $(IMAGE):$(TAG), and its -vscode variant when one was built from the
-# same commit (tools/release/variants.py). Assigned before the loop, so that its failure stops the target.
-RELEASE_IMAGES = images=$$(python3 tools/release/variants.py $(IMAGE_REF)); for image in $$images
-
-push: ## Push $(IMAGE):$(TAG) (and its -vscode variant, if built) under every release tag to REGISTRY=host[:port][/namespace]
-	@$(RELEASE_IMAGES); do python3 tools/release/push.py "$(REGISTRY)" "$$image" $(RELEASE_DIR); done
+push: ## Push $(IMAGE):$(TAG) under every release tag to REGISTRY=host[:port][/namespace] (VSCODE=1: the variant)
+	@python3 tools/release/push.py "$(REGISTRY)" $(IMAGE_REF) $(RELEASE_DIR)
 
 .PHONY: sbom
 sbom: ## Write the CycloneDX SBOM (OS + Python packages) of $(IMAGE):$(TAG) into .build/
@@ -289,11 +285,11 @@ COSIGN_PUB ?=
 
 .PHONY: zstd
 zstd: ## Publish <tag>-zstd of every pushed tag: our layers zstd (OCI), the base's byte-identical
-	@$(RELEASE_IMAGES); do python3 tools/release/zstd_variant.py "$$image" $(BASE_REF) $(RELEASE_DIR); done
+	@python3 tools/release/zstd_variant.py $(IMAGE_REF) $(BASE_REF) $(RELEASE_DIR)
 
 .PHONY: sign
 sign: ## Sign every reference `make push` (and `make zstd`) published, by digest, with SBOM + provenance (COSIGN_KEY=FILE)
-	@$(RELEASE_IMAGES); do python3 tools/release/sign.py "$$image" $(RELEASE_DIR) "$(COSIGN_KEY)"; done
+	@python3 tools/release/sign.py $(IMAGE_REF) $(RELEASE_DIR) "$(COSIGN_KEY)"
 
 .PHONY: verify
 verify: ## Verify IMAGE=REF[:tag][@digest]: signature, SBOM and provenance attestations (COSIGN_PUB=FILE)
@@ -301,7 +297,7 @@ verify: ## Verify IMAGE=REF[:tag][@digest]: signature, SBOM and provenance attes
 
 .PHONY: scan
 scan: ## Gate on vulnerabilities: Python packages (OSV) and, CPU flavor, Debian security updates (SCAN_SEVERITY SCAN_ALLOWLIST)
-	@$(RELEASE_IMAGES); do python3 tools/release/scan.py "$$image" $(RELEASE_DIR); done
+	@python3 tools/release/scan.py $(IMAGE_REF) $(RELEASE_DIR)
 
 .PHONY: release-notes
 release-notes: ## Print the release notes: both flavors' torch, then every reference pushed and signed
