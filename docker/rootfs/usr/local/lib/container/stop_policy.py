@@ -18,8 +18,8 @@ own. The supervisor (supervisor.py) stops the container in three steps, and this
      A process of any name that holds a terminal with work in it (script(1), an editor's terminal
      server) is not signalled, nor the work above it, until that work has ended (holding_terminals).
      A notebook kernel holds a session for what its cells start (`!torchrun`, `subprocess.Popen`), and
-     is work itself: a cell may run the training loop in the kernel. So it gets its SIGTERM once nothing
-     runs below it (free_kernels); in a cell that handles SIGTERM the loop saves, and the kernel then
+     is work itself: a cell may run the training loop in the kernel. So it gets its SIGTERM once only its
+     own forks (a DataLoader's workers) run below it (free_kernels); in a cell that handles SIGTERM the loop saves, and the kernel then
      ends when its cell does (kernel_stop.py), where JupyterLab would have shut it down in 2 s.
   2. Wait for the user's work, up to STOP_TIMEOUT. Work whose top exits first (a launcher that does not
      pass SIGTERM on: `flock`, a sweep script's subprocess.run) has a new top, signalled in its turn.
@@ -154,8 +154,9 @@ def descends_from(table: Table, pid: int, ancestor: int) -> bool:
 
 
 def user_work(table: Table, container: Container) -> set[int]:
-    """The container's processes that hold no session: what steps 1 and 2 stop and wait for, with the
-    notebook kernels. (Not the kernels: an idle one is no work a hub should keep a server running for.)"""
+    """The container's processes that hold no session. Steps 1 and 2 stop and wait for these and for the
+    notebook kernels (notebook_kernels), which are left out here: an idle kernel is no work a hub should
+    keep a server running for."""
     return {pid for pid in in_container(table, container) if not is_holder(table[pid], container)}
 
 
