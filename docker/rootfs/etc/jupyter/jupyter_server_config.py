@@ -101,7 +101,8 @@ c.ServerProxy.servers = {
 # started on first visit. It listens on a Unix socket the proxy makes in a private folder, so no port of
 # the container reaches it, and its own login is off (/usr/local/lib/container/code-server).
 CODE_SERVER = "/usr/local/lib/container/code-server"
-if os.path.exists("/opt/code-server/libexec/code-server"):
+CODE_SERVER_NODE = "/opt/code-server/libexec/code-server"  # what only the variant has
+if os.path.exists(CODE_SERVER_NODE):
     c.ServerProxy.servers["vscode"] = {
         "command": [CODE_SERVER, "{unix_socket}", ROOT_DIR],
         "unix_socket": True,
