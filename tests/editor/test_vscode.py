@@ -3,28 +3,35 @@ login at /vscode/. Built here from this checkout, once for the module: a slow pr
 
     make test-all PYTEST_ARGS="tests/editor/test_vscode.py"
 
-A real browser (Debian's Chromium, Playwright) opens JupyterLab with the token, opens VS Code from the
-launcher, opens a file in /workspace and runs a 2-rank torchrun in VS Code's terminal; `docker stop` then
-saves its checkpoint and the container exits 0. Without the token /vscode/ is refused. Behind nginx under
-/gpu/ (docs/reverse-proxy.md) the workbench and its terminal work over the proxied websocket.
+A real browser (Debian's Chromium, Playwright) walks as a user does: JupyterLab, the launcher's VS Code
+tile, a file of /workspace opened through Quick Open, a 2-rank torchrun typed in VS Code's terminal, and
+its checkpoint. The walk passes with the token, behind nginx under /gpu/ (docs/reverse-proxy.md), for a
+JupyterHub user (whose /vscode/ another hub user cannot open) and under Kubeflow's NB_PREFIX with
+JUPYTER_AUTH=platform. `docker stop` saves a trainer started there; a theme chosen in VS Code outlives
+the container on the user's cache volume.
 """
 from __future__ import annotations
 
 import json
 import re
 import subprocess
+import uuid
 from collections.abc import Iterator
 
 import pytest
 import requests
 
-from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, SETTLES_S
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, SETTLES_S, STARTS_S
 from tests.support.browser import chromium, screenshot
 from tests.support.containers import Container, docker, running_container
+from tests.support.hub import ADMIN, add_user, log_in, open_jupyterlab, running_hub
 from tests.support.release import build_variables, make, split_image_ref
 from tests.support.reverse_proxy import PREFIX, nginx_in_front_of
 from tests.support.stopping import docker_stop_saves, endless_run_command
+from tests.support.training import TINY_RUN, trainer_command
 from tests.support.waiting import wait_until
+from tests.team.test_kubeflow import KUBEFLOW_LIKE, PLATFORM_AUTH
+from tests.team.test_kubeflow import PREFIX as NB_PREFIX
 
 pytestmark = pytest.mark.tier("full")
 
@@ -35,6 +42,9 @@ CODE_SERVER_VERSION = re.search(r"^ARG CODE_SERVER_VERSION=(\S+)$", (REPO_ROOT /
                                 re.M).group(1)
 BROWSER_WAIT_MS = SETTLES_S * 1000
 CODE_SERVER_NODE = "/opt/code-server/libexec/code-server"  # Node, under the name the stop knows it by
+VIEWPORT = {"width": 1400, "height": 1000}
+PICKER_PROBE_MS = 5000  # how long one try of a picker waits for its row before the keys are pressed again
+SHORT_RUN = f"{TINY_RUN} --max-steps 4 --save-every 2"  # a checkpoint within seconds of its start
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +74,75 @@ def a_terminal_runs(container: Container) -> bool:
     command_of = {row[0]: row[2] for row in rows if len(row) == 3}
     return any(row[2].startswith(("bash", "/bin/bash")) and command_of.get(row[1], "").startswith(CODE_SERVER_NODE)
                for row in rows if len(row) == 3)
+
+
+def vscode_from_the_launcher(page, lab_url: str):
+    """Opens JupyterLab at LAB_URL in PAGE, clicks the launcher's VS Code tile and returns the tab it
+    opens, once VS Code's workbench shows there."""
+    page.goto(lab_url)
+    tile = page.locator(".jp-LauncherCard", has_text="VS Code")
+    tile.wait_for(timeout=BROWSER_WAIT_MS)
+    with page.context.expect_page(timeout=BROWSER_WAIT_MS) as opened:
+        tile.click()
+    vscode = opened.value
+    vscode.set_viewport_size(VIEWPORT)
+    vscode.locator(".monaco-workbench").wait_for(timeout=BROWSER_WAIT_MS)
+    return vscode
+
+
+def pick_until_shown(page, keys: tuple[str, ...], text: str, row: str) -> None:
+    """Presses KEYS, one after the other (a chord), and types TEXT into the picker they open, until its list
+    shows ROW: the workbench shows before it has loaded its keybindings and its built-in extensions (the
+    themes among them), and a picker opened before then stays short of them."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    def shown() -> bool:
+        for key in keys:
+            page.keyboard.press(key)
+        page.keyboard.type(text)
+        try:
+            page.locator(".quick-input-list .monaco-list-row", has_text=row).first.wait_for(timeout=PICKER_PROBE_MS)
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+            return False
+        return True
+    wait_until(shown, SETTLES_S, interval=1, failure=f"{'+'.join(keys)} and {text!r} never showed {row!r}")
+
+
+def open_through_quick_open(vscode, file_name: str) -> None:
+    pick_until_shown(vscode, ("Control+P",), file_name, file_name)
+    vscode.keyboard.press("Enter")
+    vscode.locator(".tab", has_text=file_name).wait_for(timeout=BROWSER_WAIT_MS)
+
+
+def run_in_a_new_terminal(vscode, container: Container, command: str) -> None:
+    """Opens a terminal of VS Code (a login shell) and types COMMAND at its prompt."""
+    vscode.keyboard.press("Control+Backquote")
+    wait_until(lambda: a_terminal_runs(container), SETTLES_S, failure="no terminal started in VS Code")
+    # The shell may start before the terminal takes the keyboard from an open file: click into it first.
+    terminal = vscode.locator(".terminal-wrapper.active .xterm").first
+    terminal.click()
+    vscode.wait_for_function("document.activeElement?.classList.contains('xterm-helper-textarea')",
+                             timeout=BROWSER_WAIT_MS)
+    vscode.keyboard.type(command)
+    vscode.keyboard.press("Enter")
+
+
+def walk_to_a_checkpoint(page, lab_url: str, container: Container, name: str) -> None:
+    """The Done-when walk: from JupyterLab at LAB_URL to VS Code, a file of /workspace opened, a 2-rank
+    torchrun typed in its terminal, and the checkpoint it saves in /workspace/NAME-ckpt."""
+    container.run(f"echo 'print(\"hello from /workspace\")' > /workspace/{name}.py")
+    vscode = vscode_from_the_launcher(page, lab_url)
+    try:
+        open_through_quick_open(vscode, f"{name}.py")
+        flags = f"{SHORT_RUN} --ckpt-dir /workspace/{name}-ckpt --metrics-file /workspace/{name}.jsonl"
+        run_in_a_new_terminal(vscode, container,
+                              f"cd /workspace && {trainer_command(flags, timeout_s=STARTS_S)} > {name}.log 2>&1")
+        wait_until(lambda: container.run(f"ls /workspace/{name}-ckpt/*.pt").rc == 0, STARTS_S,
+                   failure=lambda: container.run(f"cat /workspace/{name}.log").stdout + container.logs()[-2000:])
+    finally:
+        screenshot(vscode, f"{name}.png")
+        vscode.close()
 
 
 def in_the_image(image: str, script: str) -> str:
@@ -101,59 +180,78 @@ def test_vscode_is_behind_jupyters_login(editor):
     assert "code-server" not in listening, listening
 
 
-def test_vscode_and_its_websockets_work_behind_nginx_under_a_prefix(variant):
-    """docs/reverse-proxy.md's nginx in front, JupyterLab under /gpu/ (JUPYTER_BASE_URL), TLS: the workbench
-    and a terminal, both over the websocket that nginx and then Jupyter's proxy carry to code-server."""
+def test_the_walk_passes_behind_nginx_under_a_prefix(variant):
+    """docs/reverse-proxy.md's nginx in front, JupyterLab under /gpu/ (JUPYTER_BASE_URL), TLS: VS Code's
+    pages and its terminal's websocket pass nginx and then Jupyter's proxy on their way to code-server."""
     options = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}",
                "--env", f"JUPYTER_BASE_URL={PREFIX}"]
     with running_container(variant, options=options) as container, \
             nginx_in_front_of(container.published_port(8888)) as (base, _):
         session = chromium()
-        context = next(session).new_context(ignore_https_errors=True)  # the test's own certificate
-        page = context.new_page()
-        page.set_viewport_size({"width": 1400, "height": 1000})
+        context = next(session).new_context(ignore_https_errors=True, viewport=VIEWPORT)  # the test's own CA
         try:
-            page.goto(f"{base}lab?token={TOKEN}")  # the login: a cookie for /gpu/
-            page.locator(".jp-LauncherCard", has_text="VS Code").wait_for(timeout=BROWSER_WAIT_MS)
-            page.goto(f"{base}vscode/")
-            page.locator(".monaco-workbench").wait_for(timeout=BROWSER_WAIT_MS)
-            page.keyboard.press("Control+Backquote")
-            wait_until(lambda: a_terminal_runs(container), SETTLES_S, failure="no terminal started in VS Code")
+            walk_to_a_checkpoint(context.new_page(), f"{base}lab?token={TOKEN}", container, "vscode-nginx")
         finally:
-            screenshot(page, "vscode-behind-nginx.png")
+            context.close()
+            next(session, None)
+
+
+def test_the_walk_passes_for_a_hub_user_and_another_user_is_refused(variant, tmp_path):
+    """deploy/jupyterhub spawning the variant: alice logs in on the hub's page and walks; bob, logged in
+    too, gets 403 from alice's /vscode/."""
+    with running_hub(variant, tmp_path) as hub:
+        admin = log_in(hub, ADMIN)
+        for user in ("alice", "bob"):
+            add_user(hub, user, admin)
+        bob = log_in(hub, "bob")
+        open_jupyterlab(hub, "alice", log_in(hub, "alice"))  # her server spawned and answering
+        session = chromium()
+        context = next(session).new_context(viewport=VIEWPORT)
+        page = context.new_page()
+        try:
+            page.goto(hub.url + "hub/login")
+            page.fill("input[name=username]", "alice")
+            page.fill("input[name=password]", hub.passwords["alice"])
+            with page.expect_navigation(timeout=BROWSER_WAIT_MS):
+                page.press("input[name=password]", "Enter")
+            walk_to_a_checkpoint(page, hub.url + "user/alice/lab", Container(hub.container_of("alice")),
+                                 "vscode-hub")
+        finally:
+            screenshot(page, "vscode-hub-lab.png")
+            context.close()
+            next(session, None)
+
+        refused = bob.get(hub.url + "user/alice/vscode/", timeout=HTTP_TIMEOUT_S)
+        assert refused.status_code == 403, (refused.status_code, refused.url, refused.text[:500])
+        assert "monaco" not in refused.text and "code-server" not in refused.text
+
+
+def test_the_walk_passes_under_kubeflows_prefix_with_the_platforms_login(variant):
+    """Kubeflow Notebooks' rules (tests/team/test_kubeflow.py): NB_PREFIX, and JUPYTER_AUTH=platform, whose
+    host-name check covers /vscode/ as every other page: a page that points its own name at the port is
+    refused."""
+    with running_container(variant, options=[*KUBEFLOW_LIKE, *PLATFORM_AUTH]) as container:
+        base = f"{jupyter_url(container)}{NB_PREFIX}/"
+        rebound = requests.get(base + "vscode/", headers={"Host": "rebound.attacker.example"}, timeout=HTTP_TIMEOUT_S)
+        assert rebound.status_code == 403, rebound.status_code
+        session = chromium()
+        context = next(session).new_context(viewport=VIEWPORT)
+        try:
+            walk_to_a_checkpoint(context.new_page(), base + "lab", container, "vscode-kubeflow")
+        finally:
             context.close()
             next(session, None)
 
 
 def test_a_trainer_in_vscodes_terminal_is_saved_by_docker_stop(variant, editor, tmp_path):
-    """The Done-when walk, in Chromium: launcher tile, a file opened, torchrun in the terminal, docker stop."""
-    editor.run("printf 'print(\"hello from /workspace\")\\n' > /workspace/hello_vscode.py")
+    """The walk with the token, and a trainer that only the stop ends: `docker stop` saves it."""
     browser_session = chromium()
-    browser = next(browser_session)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = next(browser_session).new_page(viewport=VIEWPORT)
     vscode = None
     try:
-        page.goto(f"{jupyter_url(editor)}/lab?token={TOKEN}")
-        tile = page.locator(".jp-LauncherCard", has_text="VS Code")
-        tile.wait_for(timeout=BROWSER_WAIT_MS)
-        with page.context.expect_page(timeout=BROWSER_WAIT_MS) as opened:
-            tile.click()
-        vscode = opened.value
-        vscode.set_viewport_size({"width": 1400, "height": 1000})
-        vscode.locator(".monaco-workbench").wait_for(timeout=BROWSER_WAIT_MS)
-        # A file of /workspace, through Quick Open.
-        vscode.keyboard.press("Control+P")
-        vscode.keyboard.type("hello_vscode.py")
-        vscode.locator(".quick-input-list .monaco-list-row", has_text="hello_vscode.py").first.wait_for(
-            timeout=BROWSER_WAIT_MS)
-        vscode.keyboard.press("Enter")
-        vscode.locator(".tab", has_text="hello_vscode.py").wait_for(timeout=BROWSER_WAIT_MS)
-        # A terminal (a login shell), and a 2-rank torchrun typed at its prompt.
-        vscode.keyboard.press("Control+Backquote")
-        wait_until(lambda: a_terminal_runs(editor), SETTLES_S, failure="no terminal started in VS Code")
-        vscode.keyboard.type(endless_run_command("vscode", 2))
-        vscode.keyboard.press("Enter")
-        wait_until(lambda: editor.run("grep -q '\"step\": 2,' /tmp/vscode.jsonl").rc == 0, SETTLES_S * 2,
+        vscode = vscode_from_the_launcher(page, f"{jupyter_url(editor)}/lab?token={TOKEN}")
+        run_in_a_new_terminal(vscode, editor, endless_run_command("vscode", 2))
+        wait_until(lambda: editor.run("grep -q '\"step\": 2,' /tmp/vscode.jsonl").rc == 0, STARTS_S,
                    failure=lambda: editor.run("cat /tmp/vscode.log").stdout + editor.logs()[-2000:])
     finally:
         screenshot(vscode or page, "vscode-terminal.png")
@@ -161,3 +259,38 @@ def test_a_trainer_in_vscodes_terminal_is_saved_by_docker_stop(variant, editor, 
         next(browser_session, None)
 
     docker_stop_saves(editor, "vscode", tmp_path)
+
+
+def test_a_theme_chosen_in_vscode_outlives_the_container(variant):
+    """Settings live on the user's cache volume (compose.yaml's user-cache): a theme picked in VS Code's
+    theme picker is VS Code's theme in a new container of the same volume, in a browser of its own."""
+    volume = f"vscode-cache-{uuid.uuid4().hex[:8]}"
+    options = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}",
+               "--volume", f"{volume}:/home/dev/.cache"]
+    session = chromium()
+    browser = next(session)
+    try:
+        with running_container(variant, options=options) as first:
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(f"{jupyter_url(first)}/lab?token={TOKEN}")
+            page.goto(f"{jupyter_url(first)}/vscode/")
+            page.locator(".monaco-workbench").wait_for(timeout=BROWSER_WAIT_MS)
+            assert page.locator(".monaco-workbench.hc-black").count() == 0  # not the default theme
+            # Ctrl+K Ctrl+T: Preferences: Color Theme
+            pick_until_shown(page, ("Control+K", "Control+T"), "Dark High Contrast", "Dark High Contrast")
+            page.keyboard.press("Enter")
+            page.locator(".monaco-workbench.hc-black").wait_for(timeout=BROWSER_WAIT_MS)
+            wait_until(lambda: first.run("grep -q colorTheme ~/.cache/code-server/User/settings.json").rc == 0,
+                       SETTLES_S, failure="VS Code never wrote the theme to its settings")
+            page.close()
+        with running_container(variant, options=options) as second:
+            page = browser.new_context(viewport=VIEWPORT).new_page()  # no cookie, no storage of the first
+            page.goto(f"{jupyter_url(second)}/lab?token={TOKEN}")
+            page.goto(f"{jupyter_url(second)}/vscode/")
+            try:
+                page.locator(".monaco-workbench.hc-black").wait_for(timeout=BROWSER_WAIT_MS)
+            finally:
+                screenshot(page, "vscode-theme-kept.png")
+    finally:
+        next(session, None)
+        docker("volume", "rm", "--force", volume, check=False)
