@@ -9,25 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO_ROOT
+from tests.unit.suite_calls import SUITE_FILES, named_calls, suite_file_id
 
 HTTP_CALLS = {"get", "post", "put", "patch", "delete", "head", "request", "urlopen"}
-SUITE_FILES = sorted(path for path in (REPO_ROOT / "tests").rglob("*.py") if "unit" not in path.parts)
 
 
 def typed_http_timeouts(path: Path) -> list[str]:
     """The lines of PATH whose HTTP call takes a timeout written as a number."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call):
-            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if name in HTTP_CALLS and any(keyword.arg == "timeout" and isinstance(keyword.value, ast.Constant)
-                                          for keyword in node.keywords):
-                found.append(f"{path.name}:{node.lineno}")
-    return found
+    return [f"{path.name}:{call.lineno}" for name, call in named_calls(path) if name in HTTP_CALLS and any(
+        keyword.arg == "timeout" and isinstance(keyword.value, ast.Constant) for keyword in call.keywords)]
 
 
-@pytest.mark.parametrize("path", SUITE_FILES, ids=lambda path: path.relative_to(REPO_ROOT).as_posix())
+@pytest.mark.parametrize("path", SUITE_FILES, ids=suite_file_id)
 def test_every_http_request_waits_the_suites_one_limit(path: Path) -> None:
     typed = typed_http_timeouts(path)
     assert not typed, f"HTTP requests with a timeout typed as a number: {typed}; use timeout=HTTP_TIMEOUT_S " \

@@ -10,25 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO_ROOT
-
-SUITE_FILES = sorted(path for path in (REPO_ROOT / "tests").rglob("*.py") if "unit" not in path.parts)
+from tests.unit.suite_calls import SUITE_FILES, named_calls, suite_file_id
 
 
 def typed_wait_limits(path: Path) -> list[str]:
     """The lines of PATH whose wait_until takes its timeout as a number."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call):
-            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            limit = node.args[1] if len(node.args) > 1 else next(
-                (keyword.value for keyword in node.keywords if keyword.arg == "timeout"), None)
-            if name == "wait_until" and isinstance(limit, ast.Constant):
-                found.append(f"{path.name}:{node.lineno}")
+    for name, call in named_calls(path):
+        limit = call.args[1] if len(call.args) > 1 else next(
+            (keyword.value for keyword in call.keywords if keyword.arg == "timeout"), None)
+        if name == "wait_until" and isinstance(limit, ast.Constant):
+            found.append(f"{path.name}:{call.lineno}")
     return found
 
 
-@pytest.mark.parametrize("path", SUITE_FILES, ids=lambda path: path.relative_to(REPO_ROOT).as_posix())
+@pytest.mark.parametrize("path", SUITE_FILES, ids=suite_file_id)
 def test_every_wait_is_limited_by_a_named_limit(path: Path) -> None:
     typed = typed_wait_limits(path)
     assert not typed, f"waits with a limit typed as a number: {typed}; use SETTLES_S or STARTS_S (from " \
