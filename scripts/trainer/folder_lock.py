@@ -4,9 +4,11 @@ Two jobs in one folder (started twice by mistake: two tmux windows, a restart po
 would prune each other's checkpoints mid-write and resume from each other's steps. The lock is an
 flock(2) on `--ckpt-dir/.lock`, which the kernel releases when the holder dies in any way, so a crashed
 job never leaves the folder locked (its file stays and says who held it last); a job that ends removes
-the file, so a finished folder holds checkpoints only. flock works on local
-file systems and, on Linux, over NFS (as a POSIX lock). torchrun restarting its workers is no second
-job: the old rank 0 has exited, and with it its lock.
+the file, so a finished folder holds checkpoints only. flock works on local file systems and, on Linux,
+over NFS (as a POSIX lock). The file's first line names the holder for people; its second says where
+that pid means something (pid_space), so a job on another machine, or in another container of the same
+host name, is never taken for one that has ended. torchrun restarting its workers is no second job: the
+old rank 0 has exited, and with it its lock.
 """
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ LOCK_FILE = ".lock"
 # Only the job's own user may open the file: flock needs no write access, so anyone who can read a lock
 # file can hold its lock, and keep every job of ours out of the folder.
 LOCK_MODE = 0o600
+# The lock file's second line: where its pid means something (pid_space).
+PID_SPACE_LINE = "pid space"
+UNKNOWN_PID_SPACE = "unknown"
 
 
 class FolderInUse(Exception):
@@ -61,7 +66,7 @@ class FolderLock:
             except OSError:
                 pass  # a file system without modes (vfat, some network mounts): nothing to narrow
         os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, holder_description().encode(), 0)
+        os.pwrite(descriptor, f"{holder_description()}\n{PID_SPACE_LINE} {pid_space()}\n".encode(), 0)
         self.descriptor = descriptor
 
     def open_lock_file(self) -> int:
@@ -92,15 +97,21 @@ class FolderLock:
                 f"made it: remove it (rm -r {self.path}) and run the same command again")
 
     def in_use_line(self, written: str) -> str:
-        """Why the folder is taken: the job its lock file names, unless that job has ended on this host
-        (then the lock is held by a process that never wrote its name: not a training job of ours)."""
-        named = re.match(r"pid (\d+) on (\S+?),? ", written + " ")
-        if named and named[2] == socket.gethostname() and not process_exists(int(named[1])):
+        """Why the folder is taken: the job its lock file names, unless that job's pid is one of ours and
+        has ended (then the lock is held by a process that never wrote its name: not a training job of
+        ours). A host name cannot tell that: compose names every container `pytorch-dev`, on every machine
+        that shares a folder."""
+        holder, _, rest = written.partition("\n")
+        named = re.match(r"pid (\d+) on ", holder)
+        recorded_space = re.search(rf"^{PID_SPACE_LINE} (\S+)$", rest, re.M)
+        own_space = pid_space()
+        if (named and recorded_space and own_space != UNKNOWN_PID_SPACE and recorded_space[1] == own_space
+                and not process_exists(int(named[1]))):
             return (f"--ckpt-dir {self.path.parent} is locked by a process that is not a training job (its lock "
                     f"file still names pid {named[1]}, which has ended): find the holder with `find /proc/*/fd "
                     f"-lname {shlex.quote(str(self.path.resolve()))} 2>/dev/null` and stop it, or give this job "
                     f"another --ckpt-dir")
-        holder = written or "a job that did not say"
+        holder = holder or "a job that did not say"
         return (f"--ckpt-dir {self.path.parent} is in use by another training job ({holder}): "
                 f"let it finish or stop it, or give this job another --ckpt-dir")
 
@@ -133,6 +144,18 @@ def process_exists(pid: int) -> bool:
     except PermissionError:
         return True  # another user's process
     return True
+
+
+def pid_space() -> str:
+    """Which processes a pid of this process's names: this boot of this machine (the kernel's boot id,
+    which a container shares with its host) and this PID namespace. Two holders agree on it only when
+    the same pid is the same process for both; UNKNOWN_PID_SPACE where /proc does not say."""
+    try:
+        boot = pathlib.Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")  # pid:[4026531836]
+    except OSError:
+        return UNKNOWN_PID_SPACE
+    return f"{boot}/{namespace.removeprefix('pid:[').removesuffix(']')}"
 
 
 def holder_description() -> str:
