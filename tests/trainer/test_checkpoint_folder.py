@@ -13,8 +13,12 @@ import re
 
 import pytest
 
+from tests.conftest import torch_tests_run_on_host
+from tests.support import STARTS_S
+from tests.support.containers import running_container
 from tests.support.training import (SIGTERM_TO_THE_WORKERS, TINY_RUN, interrupt_when_step_logged, make_workdir,
                                     trainer_command)
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.tier("full")
 
@@ -48,6 +52,32 @@ def test_a_second_job_in_a_live_jobs_folder_is_refused_with_one_line_naming_it(t
         rf"--ckpt-dir", errors[0]), errors
     stop_step = int(re.search(r"stopped by SIGTERM at step (\d+)/", log)[1])
     assert torch_host.check_output(f"ls -A {workdir}/ckpt") == f"step_{stop_step:06d}.pt"  # and the lock is gone
+
+
+@pytest.mark.skipif(torch_tests_run_on_host(), reason="two containers of the image: run it against one (make test)")
+def test_a_job_in_another_container_of_the_same_host_name_is_named_as_live(image, tmp_path):
+    """compose names every container `pytorch-dev`: two of them sharing a checkpoint folder (a bind mount
+    here, NFS between machines) cannot look up each other's pids. The second job must still name the
+    first as the live training job it is, not as a pid that has ended."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # the containers' user writes there
+    options = ["--hostname", "pytorch-dev", "--volume", f"{shared}:/shared"]
+    endless = f"{TINY_RUN} --max-steps 100000 --save-every 0 --num-workers 0 --ckpt-dir /shared/ckpt"
+    with running_container(image, command=["sleep", "infinity"], options=options, healthy=False) as first, \
+            running_container(image, command=["sleep", "infinity"], options=options, healthy=False) as second:
+        first.run(f"{trainer_command(endless + ' --metrics-file /shared/first.jsonl', timeout_s=600)} "
+                  "> /shared/first.log 2>&1 &")
+        wait_until(lambda: first.run("grep -q '\"step\": 2,' /shared/first.jsonl").rc == 0, STARTS_S,
+                   failure=lambda: first.run("cat /shared/first.log").stdout)
+        refused = second.run(trainer_command(f"{TINY_RUN} --max-steps 4 --num-workers 0 --ckpt-dir /shared/ckpt",
+                                             nproc=None))
+    assert refused.rc == 2, refused.stdout + refused.stderr
+    errors = refused.stderr.strip().splitlines()
+    assert len(errors) == 1 and re.fullmatch(
+        r"train_ddp\.py: error: --ckpt-dir /shared/ckpt is in use by another training job \(pid \d+ on "
+        r"pytorch-dev, torchrun job \S+, since \S+\): let it finish or stop it, or give this job another --ckpt-dir",
+        errors[0]), errors
 
 
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
