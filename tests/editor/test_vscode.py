@@ -8,7 +8,8 @@ tile, a file of /workspace opened through Quick Open, a 2-rank torchrun typed in
 its checkpoint. The walk passes with the token, behind nginx under /gpu/ (docs/reverse-proxy.md), for a
 JupyterHub user (whose /vscode/ another hub user cannot open) and under Kubeflow's NB_PREFIX with
 JUPYTER_AUTH=platform. `docker stop` saves a trainer started there; a theme chosen in VS Code outlives
-the container on the user's cache volume.
+the container on the user's cache volume, and so does an extension an admin baked into a derived image,
+installed on the user's first visit and never again.
 """
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import json
 import re
 import subprocess
 import uuid
+import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -162,18 +165,44 @@ def test_the_variant_adds_code_server_with_its_own_node_and_nothing_else_runnabl
                       ).stdout.strip(), "the default image must not carry the variant's label"
 
 
+def vscode_page(container: Container) -> str:
+    """/vscode/ of CONTAINER with the token, once code-server (started by this first visit) answers."""
+    def page() -> str | None:
+        try:
+            answer = requests.get(f"{jupyter_url(container)}/vscode/", headers={"Authorization": f"token {TOKEN}"},
+                                  timeout=HTTP_TIMEOUT_S)
+        except requests.RequestException:
+            return None
+        return answer.text if answer.status_code == 200 else None
+    return wait_until(page, SETTLES_S, interval=2, failure=lambda: container.logs()[-3000:])
+
+
+def a_vsix(folder: Path, publisher: str, name: str, version: str) -> Path:
+    """A minimal extension package as `vsce package` writes one: a zip of its manifest and the extension."""
+    vsix = folder / f"{name}-{version}.vsix"
+    manifest = {"name": name, "publisher": publisher, "version": version, "displayName": name,
+                "engines": {"vscode": "^1.80.0"}, "contributes": {}}
+    with zipfile.ZipFile(vsix, "w") as archive:
+        archive.writestr("[Content_Types].xml", '<?xml version="1.0" encoding="utf-8"?><Types xmlns='
+                         '"http://schemas.openxmlformats.org/package/2006/content-types">'
+                         '<Default Extension=".json" ContentType="application/json"/>'
+                         '<Default Extension=".vsixmanifest" ContentType="text/xml"/></Types>')
+        archive.writestr("extension.vsixmanifest", f'<?xml version="1.0" encoding="utf-8"?><PackageManifest '
+                         'Version="2.0.0" xmlns="http://schemas.microsoft.com/developer/vsx-schema/2011"><Metadata>'
+                         f'<Identity Language="en-US" Id="{name}" Version="{version}" Publisher="{publisher}"/>'
+                         f'<DisplayName>{name}</DisplayName></Metadata><Installation>'
+                         '<InstallationTarget Id="Microsoft.VisualStudio.Code"/></Installation><Assets>'
+                         '<Asset Type="Microsoft.VisualStudio.Code.Manifest" Path="extension/package.json"/>'
+                         '</Assets></PackageManifest>')
+        archive.writestr("extension/package.json", json.dumps(manifest))
+    return vsix
+
+
 def test_vscode_is_behind_jupyters_login(editor):
     url = f"{jupyter_url(editor)}/vscode/"
     refused = requests.get(url, allow_redirects=False, timeout=HTTP_TIMEOUT_S)
     assert refused.status_code in (302, 403) and "/login" in refused.headers.get("Location", "/login"), refused.status_code
-
-    def page() -> str | None:
-        try:
-            answer = requests.get(url, headers={"Authorization": f"token {TOKEN}"}, timeout=HTTP_TIMEOUT_S)
-        except requests.RequestException:
-            return None
-        return answer.text if answer.status_code == 200 else None
-    html = wait_until(page, SETTLES_S, interval=2, failure=lambda: editor.logs()[-3000:])
+    html = vscode_page(editor)
     assert "code-server" in html or "vscode" in html.lower(), html[:500]
     # code-server's own login is off: the proxy is the only way in, on a socket only the user can open.
     listening = editor.run("ss -ltnpH").stdout
@@ -295,3 +324,31 @@ def test_a_theme_chosen_in_vscode_outlives_the_container(variant):
     finally:
         next(session, None)
         docker("volume", "rm", "--force", volume, check=False)
+
+
+def test_an_extension_baked_into_a_derived_image_is_installed_once_and_kept(variant, tmp_path):
+    """docs/editors.md's way for machines without Open VSX: an admin's image FROM the variant with a .vsix
+    in /usr/local/share/code-server/extensions. The user's first visit of /vscode/ installs it onto the cache
+    volume; a new container of the same volume finds it there and installs nothing again."""
+    publisher, name = "pytorch-dev-tests", "team-snippets"
+    a_vsix(tmp_path, publisher, name, "1.2.3")
+    (tmp_path / "Dockerfile").write_text(f"FROM {variant}\nCOPY *.vsix /usr/local/share/code-server/extensions/\n")
+    derived = f"pytorch-dev-vscode-derived:{uuid.uuid4().hex[:8]}"
+    volume = f"vscode-cache-{uuid.uuid4().hex[:8]}"
+    options = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}",
+               "--volume", f"{volume}:/home/dev/.cache"]
+    installed = f"ls ~/.cache/code-server/extensions | grep -x '{publisher}.{name}-1.2.3'"
+    docker("build", "--quiet", "--tag", derived, str(tmp_path), timeout=SETTLES_S)
+    try:
+        with running_container(derived, options=options) as first:
+            assert first.run(installed).rc != 0, "installed before the first visit"
+            vscode_page(first)
+            assert first.run(installed).rc == 0, first.run("ls -a ~/.cache/code-server/extensions").stdout
+            assert f"{name}-1.2.3.vsix' was successfully installed" in first.logs(), first.logs()[-3000:]
+        with running_container(derived, options=options) as second:
+            vscode_page(second)
+            assert second.run(installed).rc == 0, second.run("ls -a ~/.cache/code-server/extensions").stdout
+            assert "was successfully installed" not in second.logs(), second.logs()[-3000:]
+    finally:
+        docker("volume", "rm", "--force", volume, check=False)
+        docker("image", "rm", "--force", derived, check=False)
