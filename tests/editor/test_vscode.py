@@ -48,6 +48,14 @@ CODE_SERVER_NODE = "/opt/code-server/libexec/code-server"  # Node, under the nam
 VIEWPORT = {"width": 1400, "height": 1000}
 PICKER_PROBE_MS = 5000  # how long one try of a picker waits for its row before the keys are pressed again
 SHORT_RUN = f"{TINY_RUN} --max-steps 4 --save-every 2"  # a checkpoint within seconds of its start
+# JupyterLab alone, on a port of the host's loopback, behind the token
+WITH_THE_TOKEN = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}"]
+
+
+def on_a_cache_volume(volume: str) -> list[str]:
+    """Options of a container whose user cache (compose.yaml's user-cache: VS Code's settings and
+    extensions) is the named VOLUME, so that a new container of the same volume finds them."""
+    return [*WITH_THE_TOKEN, "--volume", f"{volume}:/home/dev/.cache"]
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +69,7 @@ def variant(image: str, flavor: str) -> str:
 
 @pytest.fixture(scope="module")
 def editor(variant: str) -> Iterator[Container]:
-    with running_container(variant, options=["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0",
-                                             "--env", f"JUPYTER_TOKEN={TOKEN}"]) as container:
+    with running_container(variant, options=WITH_THE_TOKEN) as container:
         yield container
 
 
@@ -230,8 +237,7 @@ def test_vscode_is_behind_jupyters_login(editor):
 def test_the_walk_passes_behind_nginx_under_a_prefix(variant):
     """docs/reverse-proxy.md's nginx in front, JupyterLab under /gpu/ (JUPYTER_BASE_URL), TLS: VS Code's
     pages and its terminal's websocket pass nginx and then Jupyter's proxy on their way to code-server."""
-    options = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}",
-               "--env", f"JUPYTER_BASE_URL={PREFIX}"]
+    options = [*WITH_THE_TOKEN, "--env", f"JUPYTER_BASE_URL={PREFIX}"]
     with running_container(variant, options=options) as container, \
             nginx_in_front_of(container.published_port(8888)) as (base, _):
         session = chromium()
@@ -312,8 +318,7 @@ def test_a_theme_chosen_in_vscode_outlives_the_container(variant):
     """Settings live on the user's cache volume (compose.yaml's user-cache): a theme picked in VS Code's
     theme picker is VS Code's theme in a new container of the same volume, in a browser of its own."""
     volume = f"vscode-cache-{uuid.uuid4().hex[:8]}"
-    options = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}",
-               "--volume", f"{volume}:/home/dev/.cache"]
+    options = on_a_cache_volume(volume)
     session = chromium()
     browser = next(session)
     try:
@@ -344,21 +349,20 @@ def test_an_extension_baked_into_a_derived_image_is_installed_once_and_kept(vari
     """docs/editors.md's way for machines without Open VSX: an admin's image FROM the variant with a .vsix
     in /usr/local/share/code-server/extensions. The user's first visit of /vscode/ installs it onto the cache
     volume; a new container of the same volume finds it there and installs nothing again."""
-    publisher, name = "pytorch-dev-tests", "team-snippets"
-    a_vsix(tmp_path, publisher, name, "1.2.3")
+    publisher, name, version = "pytorch-dev-tests", "team-snippets", "1.2.3"
+    vsix = a_vsix(tmp_path, publisher, name, version)
     (tmp_path / "Dockerfile").write_text(f"FROM {variant}\nCOPY *.vsix /usr/local/share/code-server/extensions/\n")
     derived = f"pytorch-dev-vscode-derived:{uuid.uuid4().hex[:8]}"
     volume = f"vscode-cache-{uuid.uuid4().hex[:8]}"
-    options = ["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}",
-               "--volume", f"{volume}:/home/dev/.cache"]
-    installed = f"ls ~/.cache/code-server/extensions | grep -x '{publisher}.{name}-1.2.3'"
+    options = on_a_cache_volume(volume)
+    installed = f"ls ~/.cache/code-server/extensions | grep -x '{publisher}.{name}-{version}'"
     docker("build", "--quiet", "--tag", derived, str(tmp_path), timeout=SETTLES_S)
     try:
         with running_container(derived, options=options) as first:
             assert first.run(installed).rc != 0, "installed before the first visit"
             vscode_page(first)
             assert first.run(installed).rc == 0, first.run("ls -a ~/.cache/code-server/extensions").stdout
-            assert f"{name}-1.2.3.vsix' was successfully installed" in first.logs(), first.logs()[-3000:]
+            assert f"{vsix.name}' was successfully installed" in first.logs(), first.logs()[-3000:]
         with running_container(derived, options=options) as second:
             vscode_page(second)
             assert second.run(installed).rc == 0, second.run("ls -a ~/.cache/code-server/extensions").stdout
