@@ -26,8 +26,8 @@ What it does, in the order this file does it:
     the exact batch it stopped at (at any world size for sharded checkpoints), writes checkpoints
     atomically (one file from rank 0 under DDP, one shard per rank under FSDP, in the background while
     training goes on) and keeps the newest --keep;
-  * on SIGTERM/SIGINT stops every rank at the same step, finishes a background save in flight, saves,
-    and exits 0 (docs/training.md says how long that takes against docker stop's grace period);
+  * on SIGTERM/SIGINT/SIGHUP (a terminal that closed) stops every rank at the same step, finishes a
+    background save in flight, saves, and exits 0 (docs/training.md says how long that takes against docker stop's grace period);
   * outlives its output: a progress line that cannot be written (`| head`, a full disk) is dropped
     with one note, and training goes on (trainer/output.py).
 The training state (model, optimizer, scaler, schedule, data position) is one object,
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     prometheus.serve(args.prometheus_address, args.prometheus_port, placement)  # a taken port ends here too
     device = choose_device(args.device, placement)
     group = start_process_group(placement, device=device, backend=args.backend, timeout_s=args.pg_timeout)
-    # From here on SIGTERM/SIGINT means "stop at the next step boundary". Not earlier: a signal during
+    # From here on SIGTERM/SIGINT/SIGHUP means "stop at the next step boundary". Not earlier: a signal during
     # the rendezvous must still end the process, which has nothing to save yet.
     stop = StopSignal()
     try:

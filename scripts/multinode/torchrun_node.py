@@ -145,7 +145,7 @@ STOP_SIGNALS_RECEIVED: list[str] = []
 
 
 def run_torchrun(args: list[str]) -> int:
-    """Runs torchrun ARGS as a child, passing SIGTERM/SIGINT on; returns its exit status."""
+    """Runs torchrun ARGS as a child, passing SIGTERM, SIGINT and SIGHUP on; returns its exit status."""
     child = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args])
 
     def forward(signum: int, frame: object) -> None:
@@ -153,7 +153,7 @@ def run_torchrun(args: list[str]) -> int:
         if child.poll() is None:
             child.send_signal(signum)
 
-    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+    for stop_signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(stop_signal, forward)
     status = child.wait()
     return 128 - status if status < 0 else status  # killed by signal N: report 128+N, as a shell does

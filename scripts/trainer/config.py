@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sample distributed trainer (DDP or FSDP) for a residual CNN or a GPT-2 style Transformer. "
                     "Run it with `torchrun --nproc-per-node=N train_ddp.py` (or plain `python train_ddp.py` for "
                     "one process). It resumes from the newest checkpoint in --ckpt-dir and stops cleanly, with "
-                    "a checkpoint, on SIGTERM/SIGINT. DDP or FSDP? See docs/training.md.")
+                    "a checkpoint, on SIGTERM/SIGINT/SIGHUP. DDP or FSDP? See docs/training.md.")
     run = parser.add_argument_group("training")
     run.add_argument("--max-steps", type=non_negative_int, default=1000,
                      help="optimizer steps to train in total; 0 saves the starting weights as a checkpoint "

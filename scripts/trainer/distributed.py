@@ -59,16 +59,21 @@ def start_process_group(placement: Placement, *, device: torch.device, backend: 
     return dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
 
 
-class StopSignal:
-    """Remembers a SIGTERM/SIGINT instead of dying of it, so training can stop at a step boundary.
+# docker stop, Slurm preemption and torchrun shutting down send SIGTERM; Ctrl-C sends SIGINT; a terminal
+# that closes under the trainer (a JupyterLab terminal shut down, its server gone, an SSH connection
+# dropped without tmux) sends SIGHUP. Each is a request to stop, never a reason to lose the run.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
-    docker stop, Slurm preemption, torchrun shutting down and Ctrl-C all arrive this way. The handler
-    only records the signal: a second signal while the checkpoint is being written changes nothing.
+
+class StopSignal:
+    """Remembers a stop signal (STOP_SIGNALS) instead of dying of it, so training can stop at a step
+    boundary. The handler only records the signal: a second one while the checkpoint is being written
+    changes nothing. Output to a terminal that hung up is dropped by trainer/output.py, so the save goes on.
     """
 
     def __init__(self) -> None:
         self.received: str | None = None
-        for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        for stop_signal in STOP_SIGNALS:
             signal.signal(stop_signal, self._record)
 
     def _record(self, signum: int, frame: object) -> None:

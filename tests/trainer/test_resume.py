@@ -1,4 +1,4 @@
-"""Stopping and restarting changes nothing: SIGTERM/SIGINT, a SIGKILLed worker under torchrun
+"""Stopping and restarting changes nothing: SIGTERM/SIGINT/SIGHUP, a SIGKILLed worker under torchrun
 --max-restarts and a truncated newest checkpoint all end exactly where an uninterrupted run ends.
 
 Run: TORCH_TESTS_ON_HOST=1 IMAGE_UNDER_TEST=none .venv-test/bin/python -m pytest tests/trainer/test_resume.py -q
@@ -82,13 +82,17 @@ def test_sigterm_to_the_workers_ends_a_torchrun_job_with_exit_0(torch_host, scri
     assert seconds < GRACE_PERIOD_S
 
 
-def test_sigint_stops_a_single_process_run_with_a_checkpoint(torch_host, scripts_dir, workdir):
+# SIGHUP: the terminal closed under the trainer (a JupyterLab terminal shut down, its server gone).
+@pytest.mark.parametrize("signal_name", ["INT", "HUP"])
+def test_sigint_or_sighup_stops_a_single_process_run_with_a_checkpoint(torch_host, scripts_dir, workdir, signal_name):
+    name = f"sig{signal_name.lower()}"
     command = (f"{trainer_command(nproc=None, scripts_dir=scripts_dir)} {TINY_RUN} --max-steps 1000 "
-               f"--num-workers 1 --ckpt-dir {workdir}/sigint --metrics-file {workdir}/sigint.jsonl")
-    status, seconds, log = interrupt_when_step_logged(torch_host, command, workdir, "sigint", 3, "kill -INT $pid")
+               f"--num-workers 1 --ckpt-dir {workdir}/{name} --metrics-file {workdir}/{name}.jsonl")
+    status, seconds, log = interrupt_when_step_logged(torch_host, command, workdir, name, 3,
+                                                      f"kill -{signal_name} $pid")
     assert status == 0, log
-    stop_step = int(re.search(r"stopped by SIGINT at step (\d+)/", log)[1])
-    assert torch_host.file(f"{workdir}/sigint/step_{stop_step:06d}.pt").exists
+    stop_step = int(re.search(rf"stopped by SIG{signal_name} at step (\d+)/", log)[1])
+    assert torch_host.file(f"{workdir}/{name}/step_{stop_step:06d}.pt").exists
     assert seconds < GRACE_PERIOD_S
 
 
