@@ -7,7 +7,6 @@ never reached: the entrypoint signals them first and stops the services last.
 from __future__ import annotations
 
 import json
-import shlex
 import time
 
 import pytest
@@ -15,8 +14,8 @@ import pytest
 from tests.support.containers import docker
 from tests.support.notebook_kernel import run_in_a_notebook_kernel, start_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
-from tests.support.stopping import (GRACE_PERIOD_S, docker_stop_saves, endless_flags, endless_run_command, read_file,
-                                    saved_checkpoints, wait_until_trained)
+from tests.support.stopping import (GRACE_PERIOD_S, docker_stop_saves, endless_run_command, read_file,
+                                    saved_checkpoints, training_in_a_kernel, wait_until_trained)
 from tests.support.waiting import wait_until
 from tests.support import SETTLES_S
 
@@ -60,24 +59,13 @@ def test_docker_stop_saves_training_started_over_ssh_in_tmux_with_exec_and_from_
     assert "your processes have exited" in container.logs() and "stopped cleanly" in container.logs()
 
 
-# The sample trainer's loop run in the kernel itself, as a notebook that imports it runs it; its output
-# goes to /tmp/kernel.log as the other ways' does.
-TRAINING_IN_THE_KERNEL = f"""
-import contextlib, sys
-sys.path.insert(0, "/opt/scripts")
-import train_ddp
-with open("/tmp/kernel.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-    train_ddp.main({shlex.split(endless_flags("kernel"))!r})
-"""
-
-
 def test_docker_stop_saves_a_training_loop_running_in_a_notebook_kernel_itself(containers, tmp_path):
     """The kernel gets SIGTERM like a trainer, the loop saves, and the kernel ends with its cell: JupyterLab
     would shut it down within 2 s, and restart it, if the stop left it to the services."""
     container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}"])
     container.wait_until_healthy()
     start_in_a_notebook_kernel(container, f"http://127.0.0.1:{container.published_port(8888)}", TOKEN,
-                               TRAINING_IN_THE_KERNEL)
+                               training_in_a_kernel("kernel"))
     wait_until_trained(container, "kernel")
     docker_stop_saves(container, "kernel", tmp_path)
 

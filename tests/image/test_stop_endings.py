@@ -74,7 +74,7 @@ def test_docker_stop_saves_a_trainer_piped_to_tee_in_tmux_and_the_pipeline_exits
 
 
 def test_jupyterlab_shut_down_under_a_trainer_in_tmux_stops_the_container_in_order(containers, tmp_path):
-    """File > Shut Down (the same API call) ends JupyterLab; the trainer in tmux saves before the
+    """File > Shut Down's API call stops the container in order; the trainer in tmux saves before the
     container exits for its restart policy."""
     container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}"])
     container.wait_until_healthy()
@@ -89,7 +89,7 @@ def test_jupyterlab_shut_down_under_a_trainer_in_tmux_stops_the_container_in_ord
     log = read_file(container, "/tmp/lab.log", tmp_path)
     assert "stopped by SIGTERM at step" in log and saved_checkpoints(container, "lab", tmp_path), log[-3000:]
     logs = container.logs()
-    assert "a service exited on its own" in logs and "your processes have exited" in logs, logs[-3000:]
+    assert "asked to shut down" in logs and "your processes have exited" in logs, logs[-3000:]
     # Not 0: the restart policy (restart: unless-stopped) brings the container back.
     assert container.state()["ExitCode"] != 0
 

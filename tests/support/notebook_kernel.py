@@ -45,7 +45,11 @@ def start_a_notebook_kernel(base_url: str, token: str) -> str:
 
 def start_in_a_notebook_kernel(container, base_url: str, token: str, code: str) -> None:
     """Starts a python3 kernel and leaves CODE running in it, as a cell a user started and left."""
-    kernel = start_a_notebook_kernel(base_url, token)
+    start_in_kernel(container, start_a_notebook_kernel(base_url, token), code)
+
+
+def start_in_kernel(container, kernel: str, code: str) -> None:
+    """Leaves CODE running in the kernel whose id is KERNEL, as a cell a user started and left."""
     result = container.run(f"python -c {shlex.quote(STARTER)} kernel-{kernel}.json {shlex.quote(code)}", timeout=120)
     assert result.rc == 0 and "busy" in result.stdout, result.stdout + result.stderr
 

@@ -6,6 +6,7 @@ SIGTERM reached it and that it had the time to save.
 from __future__ import annotations
 
 import pathlib
+import shlex
 import time
 
 from tests.support.containers import Container, docker
@@ -33,6 +34,18 @@ def endless_run_command(name: str, nproc: int) -> str:
     """The same as a shell command whose output goes to /tmp/NAME.log, with no timeout around torchrun:
     the container's stop must find torchrun itself as the launcher."""
     return f"{trainer_command(endless_flags(name), nproc=nproc, timeout_s=None)} > /tmp/{name}.log 2>&1"
+
+
+def training_in_a_kernel(name: str) -> str:
+    """A cell that runs the endless trainer NAME's loop in the notebook kernel itself, as a notebook that
+    imports train_ddp runs it; its output goes to /tmp/NAME.log as the other ways' does."""
+    return f"""
+import contextlib, sys
+sys.path.insert(0, "/opt/scripts")
+import train_ddp
+with open("/tmp/{name}.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+    train_ddp.main({shlex.split(endless_flags(name))!r})
+"""
 
 
 def wait_until_trained(container: Container, name: str) -> None:

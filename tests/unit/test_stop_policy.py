@@ -11,8 +11,9 @@ import signal
 
 import pytest
 
-from stop_policy import (READER_DRAIN_S, Container, Process, everything_left, plan_signals, readers_to_signal,
-                         sent_from_inside, shells, signal_meaning, user_work)
+from stop_policy import (READER_DRAIN_S, Container, Ended, Process, asked_by_a_service, everything_left,
+                         lost_with_a_holder, plan_signals, readers_to_signal, sent_from_inside, shells, signal_meaning,
+                         user_work)
 
 SUPERVISOR = 7
 CONTAINER = Container(supervisor=SUPERVISOR, services=frozenset({10, 20}))
@@ -288,3 +289,33 @@ def test_step_3_signals_the_trainer_below_a_launcher_that_ignored_its_sigterm_be
     assert plan_signals(processes, CONTAINER, told=frozenset({13})).signal == (14,)
     orphans = table(shell(12, 1), python(13, 12, launcher), python(15, SUPERVISOR), python(16, SUPERVISOR))
     assert plan_signals(orphans, CONTAINER, told=frozenset({13, 14})).signal == (15, 16)
+
+
+# ---- JupyterLab ending before the stop -----------------------------------------------------------
+
+def test_only_the_supervisors_own_sigterm_relaying_a_services_request_starts_the_stop_from_inside():
+    assert asked_by_a_service(signal.SIGTERM, SUPERVISOR, SUPERVISOR, "jupyter")  # File > Shut Down
+    assert not asked_by_a_service(signal.SIGTERM, SUPERVISOR, SUPERVISOR, None)
+    assert not asked_by_a_service(signal.SIGTERM, 4242, SUPERVISOR, "jupyter")  # a user's `pkill python`
+    assert not asked_by_a_service(signal.SIGUSR1, SUPERVISOR, SUPERVISOR, "jupyter")
+
+
+SERVICE_ENDED_AT = 100.0
+
+
+def test_work_that_ended_with_a_holder_is_named_and_its_holders_and_the_stops_own_endings_are_not():
+    ended = [Ended(30, "bash", 129, SERVICE_ENDED_AT),            # the terminal's shell: a holder
+             Ended(31, "python3", 129, SERVICE_ENDED_AT + 0.1),   # its job, killed by the hang-up
+             Ended(32, "python", 1, SERVICE_ENDED_AT + 0.2),      # a kernel that ended with its server
+             Ended(33, "python3", 0, SERVICE_ENDED_AT + 5),       # a trainer that saved on its SIGHUP
+             Ended(34, "python3", 143, SERVICE_ENDED_AT + 6),     # work that died of the stop's SIGTERM
+             Ended(35, "python3", 0, SERVICE_ENDED_AT + 6),       # work that saved on the stop's SIGTERM
+             Ended(36, "python3", 137, SERVICE_ENDED_AT - 50)]    # long before: not the service's doing
+    lost = lost_with_a_holder(ended, SERVICE_ENDED_AT, told={33, 34, 35})
+    assert [process.pid for process in lost] == [31, 32]
+
+
+def test_work_the_stop_signalled_but_a_hang_up_killed_first_is_still_named():
+    """The hang-up and step 1 race: a SIGTERM sent to a process already dying of SIGHUP saves nothing."""
+    lost = lost_with_a_holder([Ended(31, "python3", 129, SERVICE_ENDED_AT)], SERVICE_ENDED_AT, told={31})
+    assert [process.pid for process in lost] == [31]

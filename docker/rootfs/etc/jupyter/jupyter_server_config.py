@@ -13,6 +13,7 @@ whatever another config on the path says (NGC's in /usr/local/etc/jupyter, an ex
 image's). Settings this file does not make stay theirs to make.
 """
 import os
+import sys
 
 c = get_config()  # noqa: F821 (injected by Jupyter's config loader)
 
@@ -82,6 +83,12 @@ else:
     raise SystemExit(
         "JupyterLab refuses to start without authentication: set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH"
     )
+
+# JupyterLab's own shutdowns (File > Shut Down, a terminal or busy kernel shut down) stop the work inside
+# first, as docker stop does, and /api/shutdown becomes the container's orderly stop (jupyter_work_first.py).
+# Updated, not set: the extensions other configs enable stay enabled.
+sys.path.append("/usr/local/lib/container")
+c.ServerApp.jpserver_extensions.update({"jupyter_work_first": True})
 
 # TensorBoard through JupyterLab (jupyter-server-proxy): /tensorboard/ behind the same token or password,
 # started on first visit and listening on 127.0.0.1 only, so no other port has to be published.

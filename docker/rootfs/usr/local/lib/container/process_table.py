@@ -40,6 +40,12 @@ def read_stat(pid: str) -> tuple[int, str, str, int, int, int] | None:
             int(fields[6]), int(fields[3]), int(fields[4]))
 
 
+def read_name(pid: int) -> str:
+    """PID's name (a zombie keeps it until it is reaped); empty when it cannot be read."""
+    stat = read_stat(str(pid))
+    return stat[1] if stat else ""
+
+
 def readlink(path: str) -> str | None:
     try:
         return os.readlink(path)

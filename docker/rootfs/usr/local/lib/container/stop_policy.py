@@ -300,6 +300,27 @@ def shells(table: Table, pids: list[int]) -> list[int]:
             if (table[pid].program or table[pid].name) in ("bash", "sh", "dash", "zsh", "fish")]
 
 
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """A process the supervisor reaped that it did not start: an orphan (the user's work whose holder or
+    launcher ended) that ended. status: as a shell reports it, 128 + N for a death by signal N."""
+    pid: int
+    name: str
+    status: int
+    at: float
+
+
+def lost_with_a_holder(ended: list[Ended], since: float, told: set[int]) -> list[Ended]:
+    """The work that ended with a holder rather than by the stop: reaped at or after SINCE (the moment a
+    service ended on its own), not a holder itself, and ended by anything but the stop's own request, which
+    is its SIGTERM (TOLD) answered with status 0 or 143. A trainer in a JupyterLab terminal killed with the
+    server dies of SIGHUP (129) before, or while, the stop signals it."""
+    answered_the_stop = (0, 128 + signal.SIGTERM)
+    return [process for process in ended
+            if process.at >= since and not is_holder_by_name(process.name) and process.status != 0
+            and not (process.pid in told and process.status in answered_the_stop)]
+
+
 # ---- signals sent to the supervisor --------------------------------------------------------------
 
 # What no operator means as "stop": a child's end (reaped), job control and a terminal's size.
@@ -319,6 +340,13 @@ def signal_meaning(number: int, command_mode: bool) -> str:
     if command_mode and number in PASSED_ON:
         return "pass on"
     return "stop"
+
+
+def asked_by_a_service(number: int, sender: int, supervisor: int, requested_by: str | None) -> bool:
+    """Whether a SIGTERM is the supervisor's own, relaying a service's request for the orderly stop
+    (REQUESTED_BY): JupyterLab's File > Shut Down asks for it (jupyter_work_first.py), so that the user's
+    work is stopped first, while the server still holds its terminals and kernels."""
+    return number == signal.SIGTERM and sender == supervisor and requested_by is not None
 
 
 def sent_from_inside(code: int, sender: int, parent: int, own_pid_namespace: bool, sender_descends: bool) -> bool:

@@ -44,6 +44,10 @@ SERVICES_STOP_S = 10    # step 3 waits this long for what it signalled, then SIG
 # compose's 30 s grace less the default STOP_TIMEOUT of 25 s leaves about 5 s for all of step 3.
 WORK_FIRST_S = 3
 COMMAND_ENDS_S = 2      # how long a command whose work has ended may take to end by itself
+# A service's end is seen as its SIGCHLD arrives; what ended with it (its terminals' jobs) ended no earlier
+# than this before the supervisor looked, and is named by the stop.
+SERVICE_END_SEEN_WITHIN_S = 1.0
+STOP_REQUEST_FD = 3  # where JupyterLab finds the pipe to ask for the orderly stop through (StopRequests)
 DESCRIBED_AT_MOST = 8
 PR_SET_CHILD_SUBREAPER = 36
 # Every signal an operator may send is waited for, never left to its default action, which would end the
@@ -80,23 +84,53 @@ def relay_limit_warnings(checks: str) -> None:
         warn(line)
 
 
-def spawn(argv: list[str], cwd: str | None = None, stdin: bool = False) -> int:
+def spawn(argv: list[str], cwd: str | None = None, stdin: bool = False, stop_requests: int | None = None) -> int:
     """Starts ARGV in a session of its own, with the signals Python ignores or blocks back to default.
     Only the command gets the container's stdin (STDIN); a service reads /dev/null, as a shell's
-    background job does."""
+    background job does. STOP_REQUESTS: the write end of a pipe the service gets as STOP_REQUEST_FD, to
+    ask for the orderly stop through (StopRequests)."""
     actions = [] if stdin else [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    environment = dict(os.environ)
+    if stop_requests is not None:
+        actions.append((os.POSIX_SPAWN_DUP2, stop_requests, STOP_REQUEST_FD))
+        environment["CONTAINER_STOP_REQUEST_FD"] = str(STOP_REQUEST_FD)
     here = os.getcwd()
     if cwd:
         os.chdir(cwd)
     try:
-        return os.posix_spawnp(argv[0], argv, os.environ, file_actions=actions, setsid=True, setsigmask=(),
+        return os.posix_spawnp(argv[0], argv, environment, file_actions=actions, setsid=True, setsigmask=(),
                                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT))
     finally:
         os.chdir(here)
 
 
-def start_services(settings: dict[str, Any], jupyter_arguments: list[str]) -> tuple[dict[int, str], bool]:
-    """The services started, by PID, and whether every one of them could be started."""
+class StopRequests:
+    """JupyterLab's File > Shut Down, as a request for the container's orderly stop: the server (as the
+    user) cannot signal the supervisor (root), so it writes to a pipe it got at its start
+    (jupyter_work_first.py). A thread reads the pipe and wakes the main loop with a SIGTERM of the
+    supervisor's own, which Signals.take knows by REQUESTED_BY."""
+
+    def __init__(self) -> None:
+        self.read_end, self.write_end = os.pipe()
+        self.requested_by: str | None = None
+        self.service = ""
+
+    def listen(self, service: str) -> None:
+        os.close(self.write_end)  # the service holds it now: the read ends when the service does
+        self.service = service
+        threading.Thread(target=self.read, args=(threading.main_thread().ident,), daemon=True).start()
+
+    def read(self, main_thread: int) -> None:
+        with os.fdopen(self.read_end, "rb", buffering=0) as pipe:
+            if pipe.read(1):
+                self.requested_by = self.service
+                signal.pthread_kill(main_thread, signal.SIGTERM)
+
+
+def start_services(settings: dict[str, Any], jupyter_arguments: list[str],
+                   stop_requests: StopRequests) -> tuple[dict[int, str], bool]:
+    """The services started, by PID, and whether every one of them could be started. JupyterLab may ask
+    for the orderly stop through STOP_REQUESTS."""
     wanted = []
     if settings["ssh"]:
         wanted.append(("ssh", settings["ssh_command"], None))
@@ -106,7 +140,11 @@ def start_services(settings: dict[str, Any], jupyter_arguments: list[str]) -> tu
     services: dict[int, str] = {}
     for name, argv, cwd in wanted:
         try:
-            services[spawn(argv, cwd)] = name
+            if name == "jupyter":
+                services[spawn(argv, cwd, stop_requests=stop_requests.write_end)] = name
+                stop_requests.listen(name)
+            else:
+                services[spawn(argv, cwd)] = name
         except OSError as error:
             log(f"ERROR: could not start {name} ({' '.join(argv)}): {error}; stopping the container")
             return services, False
@@ -155,24 +193,38 @@ def mark_stopping() -> None:
 
 class Children:
     """Reaps every child (as a subreaper the supervisor inherits the orphans of what it started) and
-    keeps the exit status of those it watches, as a shell reports it (128 + N for a death by signal N)."""
+    keeps the exit status of those it watches, as a shell reports it (128 + N for a death by signal N).
+    The orphans' ends are kept too, with their names (ORPHANS_KEPT of them): the stop names the work that
+    ended with a service rather than by the stop (stop_policy.lost_with_a_holder)."""
+
+    ORPHANS_KEPT = 256
 
     def __init__(self) -> None:
         self.watched: set[int] = set()
         self.status: dict[int, int] = {}
+        self.orphans_ended: list[stop_policy.Ended] = []
 
     def reap(self) -> list[int]:
         ended = []
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                # Peeked first (WNOWAIT): until it is reaped, the zombie's name is still in /proc.
+                peeked = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return ended
-            if pid == 0:
+            if peeked is None:
                 return ended
+            name = "" if peeked.si_pid in self.watched else process_table.read_name(peeked.si_pid)
+            pid, status = os.waitpid(peeked.si_pid, os.WNOHANG)
+            if pid == 0:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            code = code if code >= 0 else 128 - code
             if pid in self.watched:
-                code = os.waitstatus_to_exitcode(status)
-                self.status[pid] = code if code >= 0 else 128 - code
+                self.status[pid] = code
+            else:
+                self.orphans_ended = [*self.orphans_ended[-self.ORPHANS_KEPT + 1:],
+                                      stop_policy.Ended(pid, name, code, time.monotonic())]
             ended.append(pid)
 
     def status_of(self, pid: int) -> int:
@@ -232,6 +284,7 @@ class Stop:
         self.clean = True
         self.work_ended = True
         self.told: set[int] = set()  # the work that got its SIGTERM, and the tops an earlier plan handled
+        self.service_ended_at: float | None = None  # a service ended on its own: what ended with it is named
 
     def stop_user_work(self) -> None:
         """Steps 1 and 2. Each pass checks only the work found alive at the last; after a pass in which
@@ -338,6 +391,19 @@ class Stop:
         while self.command not in self.children.status and time.monotonic() < deadline:
             self.children.pause(FIRST_POLL_S)
 
+    def name_the_work_lost_with_the_service(self) -> None:
+        """Work that a service's end took away (a JupyterLab terminal's job killed by the hang-up when the
+        server crashed) ended before the stop could ask it to save: never a clean stop."""
+        if self.service_ended_at is None:
+            return
+        lost = stop_policy.lost_with_a_holder(self.children.orphans_ended, self.service_ended_at, self.told)
+        if lost:
+            self.clean = False
+            shown = " ".join(f"{process.pid}({process.name}, status {process.status})"
+                             for process in lost[:DESCRIBED_AT_MOST])
+            more = f" and {len(lost) - DESCRIBED_AT_MOST} more" if len(lost) > DESCRIBED_AT_MOST else ""
+            warn(f"ended with the service, before the stop could ask it to save: {shown}{more}")
+
     def run(self) -> None:
         # The stop signals stay blocked: a second `docker stop` does not cut the orderly stop short.
         mark_stopping()
@@ -346,6 +412,7 @@ class Stop:
         if not self.work_ended:
             self.stop_work_still_running()
         self.stop_everything_left()
+        self.name_the_work_lost_with_the_service()
         if self.clean:
             log("stopped cleanly")
         else:
@@ -414,8 +481,9 @@ def signal_name(number: int) -> str:
 class Signals:
     """What the signals sent to the supervisor mean here: the runtime's stop, ignored, or passed on."""
 
-    def __init__(self, container: stop_policy.Container, command_mode: bool) -> None:
-        self.container, self.command_mode = container, command_mode
+    def __init__(self, container: stop_policy.Container, command_mode: bool, requests: StopRequests) -> None:
+        self.container, self.command_mode, self.requests = container, command_mode, requests
+        self.asked_by: str | None = None  # the service that asked for the stop, if one did
 
     def take(self, info: signal.struct_siginfo) -> bool:
         """Acts on one signal; True when it stops the container."""
@@ -423,6 +491,12 @@ class Signals:
         meaning = stop_policy.signal_meaning(number, self.command_mode)
         if meaning == "ignore":
             return False
+        if stop_policy.asked_by_a_service(number, info.si_pid, self.container.supervisor,
+                                          self.requests.requested_by):
+            self.asked_by = self.requests.requested_by
+            log(f"{self.asked_by} asked to shut down (JupyterLab's File > Shut Down): stopping as docker stop "
+                "does, your work first")
+            return True
         descends = not self.container.own_pid_namespace and process_table.descends_from(info.si_pid,
                                                                                         self.container.supervisor)
         if stop_policy.sent_from_inside(info.si_code, info.si_pid, os.getppid(), self.container.own_pid_namespace,
@@ -537,6 +611,7 @@ def main(argv: list[str]) -> int:
     # tree, which is all the stop looks at without a PID namespace of our own.
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     children = Children()
+    stop_requests = StopRequests()
     command, started = None, True
     if command_mode:
         argv = [*settings["as_user"], *rest]
@@ -547,7 +622,7 @@ def main(argv: list[str]) -> int:
             return cannot_run(rest[0], error)
         services = {command: "command"}
     else:
-        services, started = start_services(settings, rest)
+        services, started = start_services(settings, rest, stop_requests)
     children.watched = set(services)
     exporter = start_gpu_exporter(settings)
     holders = {pid for pid, name in services.items() if name != "command"} | ({exporter} - {None})
@@ -562,7 +637,8 @@ def main(argv: list[str]) -> int:
     activity = None
     if settings["spawned_by_hub"] and not command_mode and os.environ.get("JUPYTERHUB_API_URL"):
         activity = HubActivity(container)
-    event, which = wait_for_event(children, set(services), activity, Signals(container, command_mode))
+    signals = Signals(container, command_mode, stop_requests)
+    event, which = wait_for_event(children, set(services), activity, signals)
     if command:
         if event == "stop":
             stop.run()
@@ -572,11 +648,15 @@ def main(argv: list[str]) -> int:
         return children.status_of(command)
     if event == "stop":
         stop.run()
-        return 0
-    status = children.status[which]
-    warn(f"a service exited on its own (status {status}): stopping your work, then the other services, "
-         "so the restart policy can act")
-    stop.run()
+        if signals.asked_by is None:
+            return 0
+        status = 0  # a service shut down on purpose, with the user's work stopped first
+    else:
+        status = children.status[which]
+        warn(f"a service exited on its own (status {status}): stopping your work, then the other services, "
+             "so the restart policy can act")
+        stop.service_ended_at = time.monotonic() - SERVICE_END_SEEN_WITHIN_S
+        stop.run()
     # A hub's server that ends with 0 was shut down on purpose (File > Shut Down, the hub's idle culler):
     # the hub counts the container's exit, and 0 is the truth. Elsewhere the restart policy needs non-zero.
     if status == 0 and settings["spawned_by_hub"]:

@@ -1,0 +1,125 @@
+"""JupyterLab ending first loses no work: its own File > Shut Down, and a crash of the server, each with a
+trainer typed into a JupyterLab terminal and a training loop running in a notebook kernel. Both keep their
+checkpoint, and the container's log ends honestly: "stopped cleanly" only when nothing was lost, and work a
+crash took away is named.
+
+    make test-image PYTEST_ARGS=tests/image/test_stop_with_jupyterlab.py
+"""
+from __future__ import annotations
+
+import concurrent.futures
+
+import pytest
+
+from tests.support import SETTLES_S
+from tests.support.jupyter_websockets import JupyterAccess, run_in_terminal
+from tests.support.notebook_kernel import start_in_kernel
+from tests.support.stopping import (GRACE_PERIOD_S, endless_flags, endless_run_command, read_file,
+                                    saved_checkpoints, training_in_a_kernel, wait_until_trained)
+from tests.support.training import trainer_command
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.tier("landing")
+
+TOKEN = "shut-down-test-token-3c2b1a0f9e"
+
+
+def jupyterlab(containers):
+    container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    container.wait_until_healthy()
+    return container, JupyterAccess(f"http://127.0.0.1:{container.published_port(8888)}/", token=TOKEN)
+
+
+def type_into_a_terminal(access: JupyterAccess, command: str) -> None:
+    """Opens a JupyterLab terminal and types COMMAND at its prompt, as a user does; it runs in the
+    foreground there, its output on the terminal unless COMMAND sends it elsewhere."""
+    run_in_terminal(access, f"echo typed''-in; {command}", until="typed-in")
+
+
+def start_a_loop_in_a_notebook(container, access: JupyterAccess, name: str) -> None:
+    """Opens a notebook (a session, as JupyterLab does) and leaves the trainer NAME's loop running in it."""
+    session = access.post("api/sessions", json={"path": f"{name}.ipynb", "name": f"{name}.ipynb", "type": "notebook",
+                                                "kernel": {"name": "python3"}})
+    assert session.status_code == 201, session.text
+    start_in_kernel(container, session.json()["kernel"]["id"], training_in_a_kernel(name))
+
+
+def file_shut_down(access: JupyterAccess) -> None:
+    """What JupyterLab 4's File > Shut Down sends: every session and terminal deleted at once, then
+    /api/shutdown."""
+    deletions = [f"api/sessions/{session['id']}" for session in access.get("api/sessions").json()]
+    deletions += [f"api/terminals/{terminal['name']}" for terminal in access.get("api/terminals").json()]
+    with concurrent.futures.ThreadPoolExecutor(len(deletions)) as pool:
+        for reply in pool.map(lambda path: access.request("DELETE", path), deletions):
+            assert reply.status_code == 204, reply.text
+    reply = access.post("api/shutdown")
+    assert reply.ok, reply.text
+
+
+def kill_the_server(container) -> None:
+    """A crash of JupyterLab: SIGKILL, which leaves it no time to close its terminals or kernels."""
+    killed = container.run("pkill -KILL -o -f 'bin/jupyter-lab'", user="root")
+    assert killed.rc == 0, killed.stderr
+
+
+def wait_until_stopped(container) -> str:
+    wait_until(lambda: not container.state()["Running"], GRACE_PERIOD_S + 30, interval=1,
+               failure=lambda: container.logs()[-3000:])
+    return container.logs()
+
+
+def last_line(logs: str) -> str:
+    return logs.strip().splitlines()[-1]
+
+
+def test_file_shut_down_saves_a_trainer_in_a_terminal_and_a_loop_in_a_notebook(containers, tmp_path):
+    container, access = jupyterlab(containers)
+    type_into_a_terminal(access, endless_run_command("terminal", 1))
+    start_a_loop_in_a_notebook(container, access, "notebook")
+    for name in ("terminal", "notebook"):
+        wait_until_trained(container, name)
+
+    file_shut_down(access)
+    logs = wait_until_stopped(container)
+
+    for name in ("terminal", "notebook"):
+        log = read_file(container, f"/tmp/{name}.log", tmp_path)
+        assert "stopped by SIGTERM at step" in log and "Traceback" not in log, f"{name}:\n{log}\n{logs[-3000:]}"
+        assert saved_checkpoints(container, name, tmp_path), f"{name} saved no checkpoint:\n{log}"
+    assert "JupyterLab's File > Shut Down" in logs and last_line(logs).endswith("stopped cleanly"), logs[-3000:]
+    # As for any service that ends: not 0, so that `restart: unless-stopped` brings the container back.
+    assert container.state()["ExitCode"] == 1, logs[-3000:]
+
+
+def test_a_crash_of_jupyterlab_keeps_the_trainer_in_its_terminal_and_the_loop_in_its_kernel(containers, tmp_path):
+    """The terminal hangs up on the trainer (SIGHUP), whose output to it fails from then on; the kernel loses
+    its server. Each must still save, and the kernel must live until its loop has."""
+    container, access = jupyterlab(containers)
+    # Its output on the terminal itself, as typed by a user; the metrics file says how far it got.
+    type_into_a_terminal(access, trainer_command(endless_flags("terminal"), nproc=None, timeout_s=None))
+    start_a_loop_in_a_notebook(container, access, "notebook")
+    for name in ("terminal", "notebook"):
+        wait_until_trained(container, name)
+
+    kill_the_server(container)
+    logs = wait_until_stopped(container)
+
+    for name in ("terminal", "notebook"):
+        assert saved_checkpoints(container, name, tmp_path), f"{name} saved no checkpoint:\n{logs[-3000:]}"
+    assert "stopped by SIGTERM at step" in read_file(container, "/tmp/notebook.log", tmp_path)
+    assert "before the stop could ask it to save" not in logs, logs[-3000:]
+    assert last_line(logs).endswith("stopped cleanly"), logs[-3000:]
+
+
+def test_work_a_crash_of_jupyterlab_took_away_is_named_and_the_stop_is_not_clean(containers):
+    """A program that does not handle SIGHUP dies with its terminal before the stop can signal it."""
+    container, access = jupyterlab(containers)
+    type_into_a_terminal(access, "python3 -c 'import time; time.sleep(600)'")
+    wait_until(lambda: "time.sleep(600)" in container.run("ps -eo args").stdout, SETTLES_S)
+
+    kill_the_server(container)
+    logs = wait_until_stopped(container)
+
+    named = [line for line in logs.splitlines() if "before the stop could ask it to save" in line]
+    assert len(named) == 1 and "python3, status 129" in named[0], logs[-3000:]
+    assert "stopped cleanly" not in logs and "not cleanly" in last_line(logs), logs[-3000:]
