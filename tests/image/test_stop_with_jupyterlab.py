@@ -12,6 +12,7 @@ import concurrent.futures
 import pytest
 
 from tests.support import SETTLES_S
+from tests.support.containers import docker
 from tests.support.jupyter_websockets import JupyterAccess, run_in_terminal
 from tests.support.notebook_kernel import start_in_kernel
 from tests.support.stopping import (GRACE_PERIOD_S, endless_flags, endless_run_command, read_file,
@@ -123,3 +124,50 @@ def test_work_a_crash_of_jupyterlab_took_away_is_named_and_the_stop_is_not_clean
     named = [line for line in logs.splitlines() if "before the stop could ask it to save" in line]
     assert len(named) == 1 and "python3, status 129" in named[0], logs[-3000:]
     assert "stopped cleanly" not in logs and "not cleanly" in last_line(logs), logs[-3000:]
+
+
+IGNORES_SIGTERM = "python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'"
+
+
+def test_work_still_running_when_file_shut_down_closed_its_terminal_is_named(containers):
+    """STOP_TIMEOUT runs out for a program that ignores SIGTERM: JupyterLab closes its terminal anyway, and
+    the container's log must say so rather than end with "stopped cleanly"."""
+    container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}",
+                                    "--env", "STOP_TIMEOUT=3"])
+    container.wait_until_healthy()
+    access = JupyterAccess(f"http://127.0.0.1:{container.published_port(8888)}/", token=TOKEN)
+    type_into_a_terminal(access, IGNORES_SIGTERM)
+    wait_until(lambda: "SIG_IGN" in container.run("ps -eo args").stdout, SETTLES_S)
+
+    file_shut_down(access)
+    logs = wait_until_stopped(container)
+
+    assert "JupyterLab closed these with their work still running after 3 s: terminal 1" in logs, logs[-3000:]
+    assert "stopped cleanly" not in logs and "not cleanly" in last_line(logs), logs[-3000:]
+
+
+def test_a_nohup_job_outlives_its_terminal_being_shut_down(containers):
+    """A job the user kept from the hang-up (`nohup ... &`) keeps running when its terminal closes, as it
+    did before the terminal's work was stopped first."""
+    container, access = jupyterlab(containers)
+    type_into_a_terminal(access, "nohup python3 -c 'import time; time.sleep(600)' >/dev/null 2>&1 &")
+    wait_until(lambda: "time.sleep(600)" in container.run("ps -eo args").stdout, SETTLES_S)
+    (terminal,) = access.get("api/terminals").json()
+    assert access.request("DELETE", f"api/terminals/{terminal['name']}").status_code == 204
+    assert "time.sleep(600)" in container.run("ps -eo args").stdout
+
+
+def test_a_second_shut_down_while_the_container_stops_is_answered(containers):
+    """Two open tabs, two clicks: the second request comes while the stop waits for work, and is answered
+    as the first was, not with a server error."""
+    container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}",
+                                    "--env", "STOP_TIMEOUT=5"])
+    container.wait_until_healthy()
+    access = JupyterAccess(f"http://127.0.0.1:{container.published_port(8888)}/", token=TOKEN)
+    docker("exec", "--detach", container.name, "bash", "-c", IGNORES_SIGTERM)
+    wait_until(lambda: "SIG_IGN" in container.run("ps -eo args").stdout, SETTLES_S)
+    first = access.post("api/shutdown")
+    wait_until(lambda: "asked to shut down" in container.logs(), SETTLES_S)
+    second = access.post("api/shutdown")
+    assert (first.status_code, second.status_code) == (202, 202), second.text
+    wait_until_stopped(container)

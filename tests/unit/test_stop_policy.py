@@ -311,6 +311,7 @@ def test_work_that_ended_with_a_holder_is_named_and_its_holders_and_the_stops_ow
              Ended(34, "python3", 143, SERVICE_ENDED_AT + 6),     # work that died of the stop's SIGTERM
              Ended(35, "python3", 0, SERVICE_ENDED_AT + 6),       # work that saved on the stop's SIGTERM
              Ended(36, "python3", 137, SERVICE_ENDED_AT - 50)]    # long before: not the service's doing
+    ended.append(Ended(37, "torchrun", 1, SERVICE_ENDED_AT + 1))  # its agent's 1 after its workers saved
     lost = lost_with_a_holder(ended, SERVICE_ENDED_AT, told={33, 34, 35})
     assert [process.pid for process in lost] == [31, 32]
 

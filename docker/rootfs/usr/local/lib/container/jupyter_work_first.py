@@ -4,14 +4,18 @@ Loaded by /etc/jupyter/jupyter_server_config.py. JupyterLab's File > Shut Down d
 terminal, then posts /api/shutdown; on its own each of those would end the work inside at once: a
 terminal's shell and its jobs get SIGHUP, a busy kernel gets SIGINT, SIGTERM 2.5 s later and SIGKILL at 5 s.
 So here, as in the container's stop (stop_policy.py):
-  - shutting down a terminal first sends SIGTERM to the work running in it (torchrun's workers rather than
-    torchrun) and waits up to STOP_TIMEOUT for it to end; then the terminal closes as before;
-  - shutting down a busy kernel first sends SIGTERM to what its cell runs (the kernel itself for a loop in
-    a cell, the workers of a `!torchrun`) and waits up to STOP_TIMEOUT for the cell to end;
+  - shutting down a terminal first sends SIGTERM to the work its close would hang up on (torchrun's
+    workers rather than torchrun; not a `nohup` or `setsid` job, which outlives the terminal) and waits
+    up to STOP_TIMEOUT for it to end; then the terminal closes as before;
+  - shutting down a busy kernel first sends SIGTERM to what its cell runs (the workers of a `!torchrun`,
+    the kernel itself for a loop in a cell that handles SIGTERM) and waits up to STOP_TIMEOUT for the
+    cell to end; a loop that does not handle SIGTERM gets JupyterLab's SIGINT first, as before;
   - /api/shutdown, in the container's JupyterLab service, asks the supervisor for the container's orderly
     stop (the supervisor's own work-first steps, the server still up and holding its terminals and
     kernels) instead of tearing the server down itself.
-A restart, an idle kernel and a terminal with nothing running are shut down at once, as before.
+A restart, an idle kernel and a terminal with nothing running are shut down at once, as before. Work
+still running when its terminal or kernel had to close is told to the supervisor with the stop request,
+so the container's log does not call the stop clean.
 """
 from __future__ import annotations
 
@@ -47,16 +51,57 @@ def stop_timeout_s() -> int:
         return DEFAULT_STOP_TIMEOUT_S
 
 
-def work_below(root: int) -> tuple[frozenset[int], tuple[int, ...]]:
-    """The user's work running below ROOT (a terminal's shell, the server for a kernel), and what the stop
-    policy would signal of it first."""
+def caught_and_ignored(pid: int) -> tuple[int, int]:
+    """PID's masks of the signals it handles and ignores (/proc/PID/status); none for a process gone."""
+    masks = {"SigCgt": 0, "SigIgn": 0}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                name, _, value = line.partition(":")
+                if name in masks:
+                    masks[name] = int(value.strip(), 16)
+    except (OSError, ValueError):
+        pass
+    return masks["SigCgt"], masks["SigIgn"]
+
+
+def has(mask: int, number: int) -> bool:
+    return bool(mask >> (number - 1) & 1)
+
+
+def first_signals_below(root: int) -> tuple[stop_policy.Table, tuple[int, ...]]:
+    """The process table below ROOT, and what the container's stop would signal first of the user's work
+    there (stop_policy.py)."""
     below_root = stop_policy.Container(root, frozenset(), own_pid_namespace=False)
-    plan = stop_policy.plan_signals(process_table.snapshot(below_root), below_root)
-    return plan.work, plan.signal
+    table = process_table.snapshot(below_root)
+    return table, stop_policy.plan_signals(table, below_root).signal
 
 
-def in_subtree(pid: int, top: int) -> bool:
-    return pid == top or process_table.descends_from(pid, top)
+def terminal_work(shell: int) -> tuple[int, ...]:
+    """What a terminal's close stops first: of the stop policy's choice below its shell, what belongs to a
+    job the close's hang-up would reach (one in the shell's session that does not ignore SIGHUP; torchrun
+    passes it on to its workers, whatever their session). A `nohup` or `setsid` job outlives the terminal,
+    as it always did."""
+    def reached(job: int) -> bool:
+        stat = process_table.read_stat(str(job))
+        return stat is not None and stat[4] == shell and not has(caught_and_ignored(job)[1], signal.SIGHUP)
+    table, first = first_signals_below(shell)
+    jobs = {pid for pid, process in table.items() if process.parent == shell and reached(pid)}
+    return tuple(pid for pid in first if pid in jobs or any(stop_policy.descends_from(table, pid, job) for job in jobs))
+
+
+def kernel_work(server: int, kernel: int) -> tuple[int, ...]:
+    """What a busy kernel's shutdown stops first: the stop policy's choice in the kernel's subtree (the
+    workers of a `!torchrun`, the kernel itself for a loop in a cell), the kernel only if its cell
+    handles SIGTERM. A loop that does not keeps JupyterLab's own way, SIGINT first, which a loop that saves
+    on KeyboardInterrupt relies on."""
+    table, first = first_signals_below(server)
+
+    def ours(pid: int) -> bool:
+        if pid == kernel:
+            return has(caught_and_ignored(pid)[0], signal.SIGTERM)
+        return stop_policy.descends_from(table, pid, kernel)
+    return tuple(pid for pid in first if ours(pid))
 
 
 def terminate(pids: tuple[int, ...]) -> None:
@@ -77,61 +122,71 @@ async def wait_until(done, seconds: float) -> bool:
     return True
 
 
-async def stop_the_terminals_work(log, name: str, shell: int) -> None:
-    work, first = work_below(shell)
-    if not work or os.path.exists(STOPPING):  # the container's stop has signalled it already
-        return
-    terminate(first)
-    log.info(f"terminal {name}: SIGTERM to the work running in it first ({' '.join(map(str, first))}); "
-             f"closing it once that has ended, or in {stop_timeout_s()} s")
-    if not await wait_until(lambda: not work_below(shell)[0], stop_timeout_s()):
-        log.warning(f"terminal {name}: its work still runs after {stop_timeout_s()} s; closing it now")
+class WorkFirst:
+    """Stops the work in a terminal or busy kernel before JupyterLab closes it, and remembers what was
+    still running when it had to close it anyway: /api/shutdown tells the supervisor, whose log then
+    does not call the stop clean."""
+
+    def __init__(self, log) -> None:
+        self.log = log
+        self.left_running: list[str] = []
+
+    async def stop(self, what: str, find, ended=None) -> None:
+        """FIND (run in a thread: it reads the process table) gives the pids to signal; waits until they
+        (or ENDED) say the work has ended, at most STOP_TIMEOUT."""
+        if os.path.exists(STOPPING):  # the container's stop has signalled this work already
+            return
+        try:
+            pids = await asyncio.to_thread(find)
+        except Exception as error:  # a failure here costs the work-first step, never the shutdown itself
+            self.log.warning(f"{what}: could not look for its work ({error!r}); closing it as JupyterLab does")
+            return
+        if not pids:
+            return
+        terminate(pids)
+        self.log.info(f"{what}: SIGTERM to the work running in it first ({' '.join(map(str, pids))}); "
+                      f"closing it once that has ended, or in {stop_timeout_s()} s")
+        done = ended or (lambda: not any(process_table.is_alive(pid) for pid in pids))
+        if not await wait_until(done, stop_timeout_s()):
+            self.left_running.append(f"{what}: {' '.join(map(str, pids))}")
+            self.log.warning(f"{what}: its work still runs after {stop_timeout_s()} s; closing it now")
 
 
-async def stop_the_kernels_work(log, kernel_id: str, kernel) -> None:
-    pid = getattr(kernel.provisioner, "pid", None) if kernel.provisioner else None
-    if pid is None or getattr(kernel, "execution_state", "") != "busy" or os.path.exists(STOPPING):
-        return
-    _, first = work_below(os.getpid())
-    first = tuple(process for process in first if in_subtree(process, pid))
-    terminate(first)
-    log.info(f"kernel {kernel_id}: its cell runs; SIGTERM to it first ({' '.join(map(str, first))}), "
-             f"shutting it down once the cell has ended, or in {stop_timeout_s()} s")
-    if not await wait_until(lambda: getattr(kernel, "execution_state", "") != "busy"
-                            or not process_table.is_alive(pid), stop_timeout_s()):
-        log.warning(f"kernel {kernel_id}: its cell still runs after {stop_timeout_s()} s; shutting it down now")
-
-
-def stop_work_before_closing_terminals(serverapp) -> None:
+def stop_work_before_closing_terminals(serverapp, work_first: WorkFirst) -> None:
     terminals = serverapp.web_app.settings.get("terminal_manager")
     if terminals is None:  # the terminals' extension has not loaded yet: once the server runs, it has
-        IOLoop.current().add_callback(stop_work_before_closing_terminals_once_loaded, serverapp)
+        IOLoop.current().add_callback(stop_work_before_closing_terminals_once_loaded, serverapp, work_first)
         return
     close = terminals.terminate
 
     async def terminate_after_its_work(name: str, force: bool = False) -> None:
         terminal = terminals.terminals.get(name)
         if terminal is not None:
-            await stop_the_terminals_work(serverapp.log, name, terminal.ptyproc.pid)
+            shell = terminal.ptyproc.pid
+            await work_first.stop(f"terminal {name}", lambda: terminal_work(shell))
         await close(name, force=force)
 
     terminals.terminate = terminate_after_its_work
 
 
-def stop_work_before_closing_terminals_once_loaded(serverapp) -> None:
+def stop_work_before_closing_terminals_once_loaded(serverapp, work_first: WorkFirst) -> None:
     if serverapp.web_app.settings.get("terminal_manager") is None:
         serverapp.log.warning("jupyter_work_first: no terminals to look after (terminals are off)")
         return
-    stop_work_before_closing_terminals(serverapp)
+    stop_work_before_closing_terminals(serverapp, work_first)
 
 
-def stop_work_before_shutting_kernels_down(serverapp) -> None:
+def stop_work_before_shutting_kernels_down(serverapp, work_first: WorkFirst) -> None:
     kernels = serverapp.kernel_manager
     shut_down = kernels.shutdown_kernel
 
     async def shutdown_after_its_cell(kernel_id: str, now: bool = False, restart: bool = False) -> None:
-        if not restart and kernel_id in kernels:
-            await stop_the_kernels_work(serverapp.log, kernel_id, kernels.get_kernel(kernel_id))
+        kernel = kernels.get_kernel(kernel_id) if kernel_id in kernels else None
+        pid = getattr(kernel.provisioner, "pid", None) if kernel is not None and kernel.provisioner else None
+        if not restart and pid is not None and getattr(kernel, "execution_state", "") == "busy":
+            kernel.stop_restarter()  # a kernel that ends while its work stops is not started again
+            await work_first.stop(f"kernel {kernel_id}", lambda: kernel_work(os.getpid(), pid),
+                                  ended=lambda: kernel.execution_state != "busy" or not process_table.is_alive(pid))
         await shut_down(kernel_id, now=now, restart=restart)
 
     kernels.shutdown_kernel = shutdown_after_its_cell
@@ -143,12 +198,17 @@ class ContainerShutdownHandler(JupyterHandler):
     auth_resource = "server"
 
     stop_requests: int = -1  # the pipe's write end the supervisor gave this server
+    work_first: WorkFirst | None = None
 
     @web.authenticated
     @authorized
     async def post(self) -> None:
         self.log.info("Shutting down on /api/shutdown request: asking the container to stop, your work first")
-        os.write(self.stop_requests, b"stop\n")
+        left = "; ".join(self.work_first.left_running).replace("\t", " ").replace("\n", " ")
+        try:
+            os.write(self.stop_requests, f"stop\t{left}\n".encode())
+        except OSError:  # asked already (a second tab, a second click): the supervisor stopped listening
+            pass
         self.set_status(202)  # accepted: JupyterLab closes its window on any 2xx
         self.finish({"message": "the container is stopping: your work gets SIGTERM first, then JupyterLab"})
 
@@ -172,11 +232,15 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 
 
 def _load_jupyter_server_extension(serverapp) -> None:
-    stop_work_before_closing_terminals(serverapp)
-    stop_work_before_shutting_kernels_down(serverapp)
-    pipe = stop_request_pipe()
+    pipe = stop_request_pipe()  # first: the pipe is kept from every child whatever happens below
+    work_first = WorkFirst(serverapp.log)
+    stop_work_before_closing_terminals(serverapp, work_first)
+    stop_work_before_shutting_kernels_down(serverapp, work_first)
     if pipe is not None:
-        ContainerShutdownHandler.stop_requests = pipe
+        # This server's kernels outlive it (python-kernel): after a crash, the container's stop still
+        # asks their loops to save. Kernels of another server (one a user starts) keep ipykernel's watch.
+        os.environ["CONTAINER_JUPYTER_PID"] = str(os.getpid())
+        ContainerShutdownHandler.stop_requests, ContainerShutdownHandler.work_first = pipe, work_first
         # An extension's handlers are matched before the server's own (tornado inserts them first).
         serverapp.web_app.add_handlers(".*$", [(url_path_join(serverapp.base_url, "api/shutdown"),
                                                 ContainerShutdownHandler)])

@@ -314,11 +314,14 @@ def lost_with_a_holder(ended: list[Ended], since: float, told: set[int]) -> list
     """The work that ended with a holder rather than by the stop: reaped at or after SINCE (the moment a
     service ended on its own), not a holder itself, and ended by anything but the stop's own request, which
     is its SIGTERM (TOLD) answered with status 0 or 143. A trainer in a JupyterLab terminal killed with the
-    server dies of SIGHUP (129) before, or while, the stop signals it."""
+    server dies of SIGHUP (129) before, or while, the stop signals it. torchrun's own status 1 is left out:
+    its agent ends with 1 on a stop signal although its workers saved (docs/torch-workarounds.md), and a
+    worker that was lost ended as torchrun's child, not ours."""
     answered_the_stop = (0, 128 + signal.SIGTERM)
     return [process for process in ended
             if process.at >= since and not is_holder_by_name(process.name) and process.status != 0
-            and not (process.pid in told and process.status in answered_the_stop)]
+            and not (process.pid in told and process.status in answered_the_stop)
+            and not (process.name == "torchrun" and process.status == 1)]
 
 
 # ---- signals sent to the supervisor --------------------------------------------------------------

@@ -13,6 +13,7 @@ leaves a server with a trainer alone.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import importlib.util
@@ -90,7 +91,7 @@ def spawn(argv: list[str], cwd: str | None = None, stdin: bool = False, stop_req
     background job does. STOP_REQUESTS: the write end of a pipe the service gets as STOP_REQUEST_FD, to
     ask for the orderly stop through (StopRequests)."""
     actions = [] if stdin else [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
-    environment = dict(os.environ)
+    environment = {name: value for name, value in os.environ.items() if name != "CONTAINER_STOP_REQUEST_FD"}
     if stop_requests is not None:
         actions.append((os.POSIX_SPAWN_DUP2, stop_requests, STOP_REQUEST_FD))
         environment["CONTAINER_STOP_REQUEST_FD"] = str(STOP_REQUEST_FD)
@@ -106,13 +107,17 @@ def spawn(argv: list[str], cwd: str | None = None, stdin: bool = False, stop_req
 
 class StopRequests:
     """JupyterLab's File > Shut Down, as a request for the container's orderly stop: the server (as the
-    user) cannot signal the supervisor (root), so it writes to a pipe it got at its start
-    (jupyter_work_first.py). A thread reads the pipe and wakes the main loop with a SIGTERM of the
-    supervisor's own, which Signals.take knows by REQUESTED_BY."""
+    user) cannot signal the supervisor (root), so it writes a line to a pipe it got at its start
+    (jupyter_work_first.py): `stop`, a tab, and what it had to close with work still running, if anything.
+    A thread reads the line and wakes the main loop with a SIGTERM of the supervisor's own, which
+    Signals.take knows by REQUESTED_BY."""
+
+    LONGEST_LINE = 4096
 
     def __init__(self) -> None:
         self.read_end, self.write_end = os.pipe()
         self.requested_by: str | None = None
+        self.left_running = ""  # what the service closed with work still running, in its words
         self.service = ""
 
     def listen(self, service: str) -> None:
@@ -121,10 +126,12 @@ class StopRequests:
         threading.Thread(target=self.read, args=(threading.main_thread().ident,), daemon=True).start()
 
     def read(self, main_thread: int) -> None:
-        with os.fdopen(self.read_end, "rb", buffering=0) as pipe:
-            if pipe.read(1):
-                self.requested_by = self.service
-                signal.pthread_kill(main_thread, signal.SIGTERM)
+        with os.fdopen(self.read_end, "rb") as pipe:
+            line = pipe.readline(self.LONGEST_LINE)
+        if line:  # not the end of the service's output: a request
+            self.left_running = line.decode("utf-8", "replace").partition("\t")[2].strip()
+            self.requested_by = self.service
+            signal.pthread_kill(main_thread, signal.SIGTERM)
 
 
 def start_services(settings: dict[str, Any], jupyter_arguments: list[str],
@@ -194,15 +201,16 @@ def mark_stopping() -> None:
 class Children:
     """Reaps every child (as a subreaper the supervisor inherits the orphans of what it started) and
     keeps the exit status of those it watches, as a shell reports it (128 + N for a death by signal N).
-    The orphans' ends are kept too, with their names (ORPHANS_KEPT of them): the stop names the work that
-    ended with a service rather than by the stop (stop_policy.lost_with_a_holder)."""
+    The ends of orphans that may have been work lost are kept too, with their names (the last ORPHANS_KEPT
+    that ended with a status other than 0, holders left out): the stop names the work that ended with a
+    service rather than by the stop (stop_policy.lost_with_a_holder)."""
 
     ORPHANS_KEPT = 256
 
     def __init__(self) -> None:
         self.watched: set[int] = set()
         self.status: dict[int, int] = {}
-        self.orphans_ended: list[stop_policy.Ended] = []
+        self.orphans_ended: collections.deque[stop_policy.Ended] = collections.deque(maxlen=self.ORPHANS_KEPT)
 
     def reap(self) -> list[int]:
         ended = []
@@ -217,14 +225,13 @@ class Children:
             name = "" if peeked.si_pid in self.watched else process_table.read_name(peeked.si_pid)
             pid, status = os.waitpid(peeked.si_pid, os.WNOHANG)
             if pid == 0:
-                continue
+                return ended
             code = os.waitstatus_to_exitcode(status)
             code = code if code >= 0 else 128 - code
             if pid in self.watched:
                 self.status[pid] = code
-            else:
-                self.orphans_ended = [*self.orphans_ended[-self.ORPHANS_KEPT + 1:],
-                                      stop_policy.Ended(pid, name, code, time.monotonic())]
+            elif code != 0 and not stop_policy.is_holder_by_name(name):  # only what could have been lost
+                self.orphans_ended.append(stop_policy.Ended(pid, name, code, time.monotonic()))
             ended.append(pid)
 
     def status_of(self, pid: int) -> int:
@@ -285,6 +292,7 @@ class Stop:
         self.work_ended = True
         self.told: set[int] = set()  # the work that got its SIGTERM, and the tops an earlier plan handled
         self.service_ended_at: float | None = None  # a service ended on its own: what ended with it is named
+        self.left_by_the_service = ""  # what a service that asked for the stop had to close with work running
 
     def stop_user_work(self) -> None:
         """Steps 1 and 2. Each pass checks only the work found alive at the last; after a pass in which
@@ -365,6 +373,7 @@ class Stop:
         not only for its own children, and SIGKILLs what outlives SERVICES_STOP_S."""
         table = process_table.snapshot(self.container, pipes=False)
         targets = stop_policy.everything_left(table, self.container)
+        self.told |= set(targets)  # alive when step 3 looked: whatever ended them, the service's end did not
         failed = send(signal.SIGTERM, targets)
         # An interactive shell ignores SIGTERM; one whose terminal is held outside (`docker exec -it`)
         # gets no SIGHUP from it either.
@@ -393,10 +402,16 @@ class Stop:
 
     def name_the_work_lost_with_the_service(self) -> None:
         """Work that a service's end took away (a JupyterLab terminal's job killed by the hang-up when the
-        server crashed) ended before the stop could ask it to save: never a clean stop."""
+        server crashed) ended before the stop could ask it to save, and work a service that asked for the
+        stop had to close while it still ran: never a clean stop."""
+        if self.left_by_the_service:
+            self.clean = False
+            warn(f"JupyterLab closed these with their work still running after {self.timeout_s} s: "
+                 f"{self.left_by_the_service}")
         if self.service_ended_at is None:
             return
-        lost = stop_policy.lost_with_a_holder(self.children.orphans_ended, self.service_ended_at, self.told)
+        lost = stop_policy.lost_with_a_holder(list(self.children.orphans_ended), self.service_ended_at,
+                                              self.told)
         if lost:
             self.clean = False
             shown = " ".join(f"{process.pid}({process.name}, status {process.status})"
@@ -623,8 +638,8 @@ def main(argv: list[str]) -> int:
         services = {command: "command"}
     else:
         services, started = start_services(settings, rest, stop_requests)
-    children.watched = set(services)
     exporter = start_gpu_exporter(settings)
+    children.watched = set(services) | ({exporter} - {None})  # an exporter's end is no lost work
     holders = {pid for pid, name in services.items() if name != "command"} | ({exporter} - {None})
     container = stop_policy.Container(os.getpid(), frozenset(holders), settings["own_pid_namespace"])
     stop = Stop(container, children, settings["stop_timeout_s"], command)
@@ -647,6 +662,7 @@ def main(argv: list[str]) -> int:
         # The command's exit status is the container's: torchrun's, 0 when its workers saved.
         return children.status_of(command)
     if event == "stop":
+        stop.left_by_the_service = stop_requests.left_running if signals.asked_by else ""
         stop.run()
         if signals.asked_by is None:
             return 0
