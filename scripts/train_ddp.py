@@ -27,7 +27,8 @@ What it does, in the order this file does it:
     atomically (one file from rank 0 under DDP, one shard per rank under FSDP, in the background while
     training goes on) and keeps the newest --keep;
   * on SIGTERM/SIGINT/SIGHUP (a terminal that closed) stops every rank at the same step, finishes a
-    background save in flight, saves, and exits 0 (docs/training.md says how long that takes against docker stop's grace period);
+    background save in flight, saves, and exits 0 (docs/training.md says how long that takes against
+    docker stop's grace period);
   * outlives its output: a progress line that cannot be written (`| head`, a full disk) is dropped
     with one note, and training goes on (trainer/output.py).
 The training state (model, optimizer, scaler, schedule, data position) is one object,
@@ -136,6 +137,7 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
     args = state.args
     prometheus.training_started(state.step)
     reporter.restart_clock(state.step)
+    state.stream.wait_seconds = 0.0
     loss_sum = torch.zeros((), device=state.device)
     while state.step < args.max_steps:
         if stop.agreed_by_any_rank(state.group):  # every rank sees the same answer at the same step
@@ -146,9 +148,10 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
         state.step += 1
         prometheus.step_finished(state.step)
         if state.step % args.log_every == 0 or state.step == args.max_steps:
-            totals = gather_loss_and_memory(loss_sum, peak_memory_bytes(state))  # a collective
+            totals = gather_for_the_report(loss_sum, peak_memory_bytes(state), state.stream.wait_seconds)
             reporter.report(state, lr, totals)
             loss_sum.zero_()
+            state.stream.wait_seconds = 0.0
         checkpointer.step_done()
     checkpointer.finish()  # a stop signal too: the save in flight, then the last step
     reporter.close()
@@ -238,13 +241,16 @@ def train_one_step(state: TrainingState) -> torch.Tensor:
     return step_loss
 
 
-def gather_loss_and_memory(loss_sum: torch.Tensor, memory_bytes: int) -> RankTotals:
-    """The loss summed over ranks divided by the world size, and every rank's peak memory, in one collective."""
-    mine = torch.tensor([loss_sum.item(), float(memory_bytes)], dtype=torch.float64, device=loss_sum.device)
+def gather_for_the_report(loss_sum: torch.Tensor, memory_bytes: int, data_wait_seconds: float) -> RankTotals:
+    """The loss summed over ranks divided by the world size, every rank's peak memory and every rank's
+    time spent waiting for batches, in one collective."""
+    mine = torch.tensor([loss_sum.item(), float(memory_bytes), data_wait_seconds], dtype=torch.float64,
+                        device=loss_sum.device)
     everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)
     return RankTotals(loss_sum=sum(values[0].item() for values in everyone) / len(everyone),
-                      memory_per_rank=[int(values[1].item()) for values in everyone])
+                      memory_per_rank=[int(values[1].item()) for values in everyone],
+                      data_wait_seconds=tuple(values[2].item() for values in everyone))
 
 
 def peak_memory_bytes(state: TrainingState) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import pathlib
+import time
 from collections.abc import Iterator
 
 import torch
@@ -126,7 +127,8 @@ class MicroBatchStream:
     """Hands out micro-batches epoch after epoch and knows its position, for exact resumption.
 
     `epoch` and `batches_done` (micro-batches this rank consumed in the epoch) are what a checkpoint
-    records; a new stream built from them continues with the very next batch.
+    records; a new stream built from them continues with the very next batch. `wait_seconds` adds up the
+    time the trainer waited for its batches (the reports' data-wait share); whoever reports resets it.
     """
 
     def __init__(self, loader: DataLoader, *, sampler: ResumableDistributedSampler, epoch: int,
@@ -134,8 +136,15 @@ class MicroBatchStream:
         self.loader, self.sampler = loader, sampler
         self.epoch, self.batches_done = epoch, batches_done
         self._batches: Iterator | None = None
+        self.wait_seconds = 0.0
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        started = time.perf_counter()
+        batch = self._next_batch()
+        self.wait_seconds += time.perf_counter() - started
+        return batch
+
+    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         while True:
             if self._batches is None:
                 self.sampler.start_epoch(self.epoch, self.batches_done * self.loader.batch_size)

@@ -4,7 +4,10 @@ can disagree about the same report (torchtitan's components/metrics.py fans out 
 
 Throughput (samples/s, and tokens/s for the GPT models), step time and MFU are averaged over the steps
 since the previous report, measured by wall clock, so checkpoint writes and data stalls count against
-them as they would in real time. Memory is each rank's peak: on a GPU the most it allocated, on a CPU
+them as they would in real time. The data-wait share says how much of that wall time the slowest rank
+spent waiting for its next batch (torchtitan reports its data-loading time the same way): near 0 the
+data keeps up, and a high share means the GPU waits for the DataLoader (more --num-workers, faster
+storage, or data prepared ahead). Memory is each rank's peak: on a GPU the most it allocated, on a CPU
 the bytes of parameters, gradients and optimizer state it holds (under FSDP, its shards).
 """
 from __future__ import annotations
@@ -62,10 +65,11 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
 
 class RankTotals(NamedTuple):
     """What the ranks gather for a report: the loss summed over the window's steps (averaged over the
-    ranks), and every rank's peak memory in bytes."""
+    ranks), every rank's peak memory in bytes, and every rank's seconds spent waiting for batches."""
 
     loss_sum: float
     memory_per_rank: list[int]
+    data_wait_seconds: tuple[float, ...] = ()
 
 
 class MetricsReporter:
@@ -97,7 +101,8 @@ class MetricsReporter:
         """Reports the window ending at STATE's step (a TrainingState: its step and epoch), whose loss and
         memory the ranks gathered into TOTALS; LR is the learning rate its last step used."""
         record = self.compute_record(state.step, epoch=state.stream.epoch, loss_sum=totals.loss_sum, lr=lr,
-                                     memory_per_rank=totals.memory_per_rank)
+                                     memory_per_rank=totals.memory_per_rank,
+                                     data_wait_seconds=totals.data_wait_seconds)
         prometheus.record_reported(record)
         if self.is_main:
             print(self.progress_line(record), flush=True)
@@ -115,7 +120,7 @@ class MetricsReporter:
         self.restart_clock(state.step)
 
     def compute_record(self, step: int, *, epoch: int, loss_sum: float, lr: float,
-                       memory_per_rank: list[int]) -> dict[str, Any]:
+                       memory_per_rank: list[int], data_wait_seconds: tuple[float, ...] = ()) -> dict[str, Any]:
         """The one record of a report, which every sink shows as it is."""
         elapsed = time.perf_counter() - self.window_start_time
         steps = max(step - self.window_start_step, 1)
@@ -126,6 +131,9 @@ class MetricsReporter:
             "max_memory_gib": max(memory_per_rank) / 2**30,
             "memory_gib_per_rank": [round(value / 2**30, 6) for value in memory_per_rank],
         }
+        if data_wait_seconds:
+            # The slowest rank's: the ranks move in lock-step, so every rank waits as long as it does.
+            record["data_wait_share"] = min(max(data_wait_seconds) / elapsed, 1.0)
         if self.tokens_per_sample:
             record["tokens_per_sec"] = record["samples_per_sec"] * self.tokens_per_sample
         if self.flops_per_sample and self.peak:
@@ -141,6 +149,8 @@ class MetricsReporter:
         if "tokens_per_sec" in record:
             line += f" | {record['tokens_per_sec']:.0f} tokens/s"
         line += f" | {record['step_time_ms']:.1f} ms/step"
+        if "data_wait_share" in record:
+            line += f" | data wait {100 * record['data_wait_share']:.0f}%"
         if "mfu" in record:
             line += f" | mfu {100 * record['mfu']:.1f}%"
         kind = "GPU max allocated" if self.device.type == "cuda" else "state"

@@ -63,6 +63,8 @@ class TrainingExporter:
         self.tokens_per_second = gauge("trainer_tokens_per_second",
                                        "Tokens per second of the whole job (models with tokens only)")
         self.mfu = gauge("trainer_mfu_ratio", "Model FLOPs utilization, 0 to 1, where the GPU's peak is known")
+        self.data_wait = gauge("trainer_data_wait_ratio",
+                               "Share of wall time since the last report the slowest rank waited for its next batch, 0 to 1")
         self.step_seconds = Histogram("trainer_step_duration_seconds", "Wall time of one optimizer step",
                                       LABELS, buckets=STEP_SECONDS_BUCKETS, registry=self.registry).labels(**labels)
         # Every node's exporter has these two: all ranks take part in a save and see it end.
@@ -107,6 +109,8 @@ class TrainingExporter:
             self.set(self.tokens_per_second, record["tokens_per_sec"])
         if "mfu" in record:
             self.set(self.mfu, record["mfu"])
+        if "data_wait_share" in record:
+            self.set(self.data_wait, record["data_wait_share"])
 
     def checkpoint_saved(self, seconds: float) -> None:
         self.set(self.checkpoint_time, time.time())

@@ -24,8 +24,10 @@ def test_metrics_lines_and_tensorboard_scalars_cover_every_logged_step(torch_hos
     records = read_metrics(torch_host, f"{workdir}/metrics.jsonl")
     assert [record["step"] for record in records] == [2, 4, 6]
     for record in records:
-        assert {"step", "loss", "lr", "samples_per_sec", "restart_count"} <= record.keys()
+        assert {"step", "loss", "lr", "samples_per_sec", "restart_count", "data_wait_share"} <= record.keys()
         assert record["samples_per_sec"] > 0 and record["restart_count"] == 0
+        assert 0 <= record["data_wait_share"] <= 1
+    assert "| data wait " in result.stdout, result.stdout
 
     scalars = python_json(torch_host, (
         "import json; from tensorboard.backend.event_processing.event_accumulator import EventAccumulator; "

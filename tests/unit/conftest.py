@@ -8,6 +8,9 @@ supervisor are folders of scripts, not packages: their folders go on sys.path, a
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+
+import pytest
 
 from tests.support import REPO_ROOT
 
@@ -16,3 +19,12 @@ for folder in (REPO_ROOT / "scripts", REPO_ROOT / "scripts" / "multinode", REPO_
                REPO_ROOT / "deploy" / "jupyterhub", REPO_ROOT / "docker/rootfs/usr/local/lib/container"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
+
+
+@pytest.fixture
+def one_rank() -> Iterator[None]:
+    """A process group of this process alone (gloo), for code that asks for its rank and world size."""
+    import torch.distributed as dist  # only the tests that take this fixture need torch
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

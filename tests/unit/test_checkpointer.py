@@ -52,13 +52,6 @@ class FakeState:
         self.weight += 1
 
 
-@pytest.fixture
-def one_rank() -> Iterator[None]:
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def names(folder: pathlib.Path) -> list[str]:
     return sorted(path.name for path in folder.iterdir())
 

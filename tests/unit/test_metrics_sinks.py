@@ -57,12 +57,16 @@ def test_the_json_line_and_the_exposition_show_the_same_report(exporter, tmp_pat
     reporter.restart_clock(step=0)
     time.sleep(0.05)  # a window of measurable length
     at_step_4 = types.SimpleNamespace(step=4, stream=types.SimpleNamespace(epoch=0))  # what report reads
-    reporter.report(at_step_4, 1e-3, RankTotals(loss_sum=10.0, memory_per_rank=[2**20, 2**21]))
+    reporter.report(at_step_4, 1e-3, RankTotals(loss_sum=10.0, memory_per_rank=[2**20, 2**21],
+                                                data_wait_seconds=(0.001, 0.002)))
     reporter.close()
 
     (record,) = [json.loads(line) for line in args.metrics_file.read_text().splitlines()]
     exposed = scrape(exporter)
     assert record["loss"] == 2.5 and exposed["trainer_loss"] == 2.5
+    # The slowest rank's wait over the window's wall time: at most 0.002 s of at least 0.05 s.
+    assert exposed["trainer_data_wait_ratio"] == record["data_wait_share"] and 0 < record["data_wait_share"] < 0.05
+    assert f"data wait {100 * record['data_wait_share']:.0f}%" in reporter.progress_line(record)
     assert exposed["trainer_samples_per_second"] == record["samples_per_sec"] > 0
     assert exposed["trainer_tokens_per_second"] == record["tokens_per_sec"] == record["samples_per_sec"] * 64
     assert exposed["trainer_mfu_ratio"] == record["mfu"] == pytest.approx(record["samples_per_sec"] * 1e9 / 2e12)
