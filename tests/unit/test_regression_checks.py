@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 import gate
-from compare import check_losses, check_throughput, compare, summarize
+from compare import baseline_problem, check_learns, check_losses, check_throughput, compare, summarize
 from loss_plot import write_loss_plot
 from reference_runs import RUNS
 from render_image import RenderError, render
@@ -41,6 +41,21 @@ def test_other_reported_steps_fail_and_say_to_record_a_baseline():
 def test_throughput_below_the_floor_fails():
     assert check_throughput("run", 31.0, 100.0, floor=0.3).passed
     assert not check_throughput("run", 29.0, 100.0, floor=0.3).passed
+
+
+def test_a_run_learns_when_its_loss_falls_by_half_of_the_baselines_fall_or_more():
+    baseline = {"10": 11.0, "60": 3.0}  # a fall of 8
+    assert check_learns("run", {"10": 11.0, "60": 6.9}, baseline).passed
+    # 10.84 below 11.00 (the GPU reference run's before) is a fall, but no learning.
+    failed = check_learns("run", {"10": 11.0, "60": 10.84}, baseline)
+    assert not failed.passed and "at least 4.0000 needed" in failed.line(), failed.line()
+    assert not check_learns("run", {"10": 11.0, "60": float("nan")}, baseline).passed
+
+
+def test_a_baseline_whose_loss_does_not_fall_is_refused():
+    flat = {"loss_rtol": 1e-3, "throughput_floor": 0.3, "recorded": {},
+            "runs": {"a": {"losses": {"5": 2.0, "10": 2.0}, "samples_per_sec": 1.0}}}
+    assert "does not fall" in baseline_problem(flat)
 
 
 def test_a_run_that_reported_nothing_fails():

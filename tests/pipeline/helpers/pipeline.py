@@ -14,12 +14,14 @@ from tests.support.release import environment_without_make
 GATE_TIMEOUT_S = 2400
 # A changed default learning rate, as a careless edit of the trainer would ship it: the drifted image
 # trains differently with the very same flags.
-DRIFT_DOCKERFILE = """\
+# The image under test with the trainer's default learning rate changed: the reference runs give only their
+# own flags, so they train at it.
+OTHER_LR_DOCKERFILE = """\
 FROM {image}
 USER root
-RUN sed -i 's/"--lr", type=positive_float, default=1e-3/"--lr", type=positive_float, default=2e-3/' \\
+RUN sed -i 's/"--lr", type=positive_float, default=1e-3/"--lr", type=positive_float, default={lr}/' \\
       /opt/scripts/trainer/config.py \\
- && grep -q 'default=2e-3' /opt/scripts/trainer/config.py
+ && grep -q 'default={lr}' /opt/scripts/trainer/config.py
 """
 
 
@@ -38,10 +40,10 @@ def make_regression(image: str, *variables: str) -> subprocess.CompletedProcess:
     return run_tool("make", "-s", "--no-print-directory", "regression", f"IMAGE={image}", *variables)
 
 
-def build_drifted_image(image: str, context: pathlib.Path) -> str:
-    """Builds the image under test with the trainer's default learning rate changed; returns its tag."""
-    tag = f"pytorch-dev-drifted:{os.getpid()}"
-    (context / "Dockerfile").write_text(DRIFT_DOCKERFILE.format(image=image))
+def build_drifted_image(image: str, context: pathlib.Path, lr: str = "2e-3") -> str:
+    """Builds the image under test with the trainer's default learning rate changed to LR; returns its tag."""
+    tag = f"pytorch-dev-drifted:{os.getpid()}-{lr}"
+    (context / "Dockerfile").write_text(OTHER_LR_DOCKERFILE.format(image=image, lr=lr))
     docker("build", "--quiet", "--tag", tag, str(context), timeout=600)
     return tag
 
