@@ -218,7 +218,7 @@ def warmup_then_cosine(step: int, warmup_steps: int, max_steps: int) -> float:
 def train_one_step(state: TrainingState) -> torch.Tensor:
     """One optimizer step over --grad-accum micro-batches; returns the step's loss, left on the device."""
     model, optimizer, scaler, device = state.model, state.optimizer, state.scaler, state.device
-    grad_accum = state.args.grad_accum
+    grad_accum, language_model = state.args.grad_accum, is_language_model(state.args.model)
     autocast = autocast_dtype(state.args.parallel, state.precision)
     step_loss = torch.zeros((), device=device)
     for micro_step in range(grad_accum):
@@ -227,9 +227,7 @@ def train_one_step(state: TrainingState) -> torch.Tensor:
         # Gradients are reduced once per step, on the last micro-batch; before it they just add up.
         with gradient_sync(model, enabled=micro_step == grad_accum - 1):
             with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
-                outputs = model(inputs)
-                # flatten: a GPT predicts every position of every sequence, a CNN one class per image
-                loss = F.cross_entropy(outputs.flatten(0, -2).float(), targets.flatten()) / grad_accum
+                loss = batch_loss(model, inputs, targets, language_model=language_model) / grad_accum
             scaler.scale(loss).backward()
         step_loss += loss.detach()
     if state.args.grad_clip > 0:
@@ -239,6 +237,15 @@ def train_one_step(state: TrainingState) -> torch.Tensor:
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return step_loss
+
+
+def batch_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, *,
+               language_model: bool) -> torch.Tensor:
+    """The micro-batch's mean cross-entropy: a GPT computes its own (Transformer.loss, compiled with the
+    output head under --compile), the CNN gives one row of logits per image."""
+    if language_model:
+        return model(inputs, targets)
+    return F.cross_entropy(model(inputs).float(), targets)
 
 
 def gather_for_the_report(loss_sum: torch.Tensor, memory_bytes: int, data_wait_seconds: float) -> RankTotals:

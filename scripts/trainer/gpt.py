@@ -2,7 +2,8 @@
 
 The sizes are GPT-2's own (Radford et al. 2019), plus `gpt-tiny` for CPU tests. Each block is a separate
 module in `Transformer.blocks`, which is what FSDP shards, activation checkpointing recomputes and
-`--compile` compiles, one block at a time.
+`--compile` compiles, one block at a time. The model computes its own loss (`Transformer.loss`), which
+`--compile` compiles with the output head.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Token ids (batch, seq) -> next-token logits (batch, seq, vocab).
+    """Token ids (batch, seq) -> next-token logits (batch, seq, vocab); with targets, the mean loss.
 
     PADDED_VOCAB_SIZE (a pretrained GPT-2's 50257 tokens rounded up to 50304) gives the embedding more
     rows than the vocabulary has tokens; the logits leave the extra rows out, so no loss sees them.
@@ -97,7 +98,7 @@ class Transformer(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.token_embedding(tokens) + self.position_embedding(positions)
         for block in self.blocks:
@@ -106,12 +107,24 @@ class Transformer(nn.Module):
                 x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
+        return self.head(x) if targets is None else self.loss(x, targets)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """The last block's output -> the vocabulary's logits."""
         logits = self.lm_head(self.final_norm(x))
         if logits.shape[-1] == self.vocab_size:
             return logits
         # Without the padding rows. A copy, not a view: FSDP2 warns that an in-place op on a view its
         # module returns would skip its backward hook.
         return logits[..., :self.vocab_size].contiguous()
+
+    def loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean next-token cross-entropy of the last block's output X against TARGETS, in fp32.
+
+        Eager, the fp32 logits of the whole batch exist at once (3.3 GB for gpt2-small at batch 16);
+        compiled (`--compile`, trainer.parallel), the cast, log-softmax and loss are fused into the
+        output head's kernels and never do."""
+        return F.cross_entropy(self.head(x).flatten(0, -2).float(), targets.flatten())
 
 
 def flops_per_token(model: Transformer, seq_len: int) -> int:
