@@ -6,6 +6,8 @@
                                                      # memory per rank, checkpoint save and load times
     python scripts/bench_trainer.py --bench stall    # how long a sharded save blocks training,
                                                      # synchronous against --async-checkpoint
+    python scripts/bench_trainer.py --bench parallel # the trainer's FSDP against its DDP, ms per step,
+                                                     # gpt2-small-narrow on 1 and 2 ranks
 
 The bare DDP loop is what the pytorch/examples DDP tutorials do: DistributedSampler, DataLoader,
 forward, backward, AdamW step, nothing else; the bare FSDP2 loop is the same with `fully_shard` on every
@@ -34,9 +36,10 @@ NPROC = 2
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bench", choices=["cnn", "gpt", "stall"], default="cnn",
+    parser.add_argument("--bench", choices=["cnn", "gpt", "stall", "parallel"], default="cnn",
                         help="cnn: the CNN under DDP; gpt: gpt-tiny under FSDP, memory and checkpoint times; "
-                             "stall: the training time one sharded save of --checkpoint-model blocks, sync vs async")
+                             "stall: the training time one sharded save of --checkpoint-model blocks, sync vs async; "
+                             "parallel: the trainer's time per step under FSDP against DDP")
     parser.add_argument("--steps", type=int, default=120, help="optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=20, help="first steps left out of the throughput")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each variant; the median is reported")
@@ -260,6 +263,39 @@ def bench_stall(args: argparse.Namespace) -> None:
     print(f"\nasync stall / sync stall: {statistics.median(stalls['async']) / statistics.median(stalls['sync']):.3f}")
 
 
+def trainer_ms_per_step(args: argparse.Namespace, parallel: str, nproc: int) -> float:
+    """The trainer's median time per step over the reports after --warmup: gpt2-small-narrow, PARALLEL,
+    NPROC ranks, a checkpoint only at the end."""
+    with tempfile.TemporaryDirectory() as workdir:
+        metrics = pathlib.Path(workdir, "metrics.jsonl")
+        torchrun([str(SCRIPTS_DIR / "train_ddp.py"), "--model", "gpt2-small-narrow", "--parallel", parallel,
+                  "--seq-len", str(args.seq_len), "--batch-size", str(args.batch_size), "--max-steps", str(args.steps),
+                  "--warmup-steps", "10", "--log-every", "10", "--grad-clip", "1.0", "--seed", "0",
+                  "--num-workers", str(args.num_workers), "--save-every", "0", "--metrics-file", str(metrics),
+                  "--ckpt-dir", f"{workdir}/ckpt"], nproc)
+        records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return statistics.median(record["step_time_ms"] for record in records if record["step"] > args.warmup)
+
+
+def bench_parallel(args: argparse.Namespace) -> None:
+    """gpt2-small's 12 blocks at a narrow width: the host work FSDP adds per step (hooks, DTensor dispatch,
+    per-parameter work), at a compute small enough for CPU ranks to show it. FSDP against DDP, alternating."""
+    print(f"gpt2-small-narrow (12 blocks, width 128), batch {args.batch_size} x {args.seq_len} tokens per rank, "
+          f"{args.steps} steps ({args.warmup} warm-up), {args.num_workers} DataLoader worker(s)/rank, "
+          f"{args.repeats} runs each; load average {os.getloadavg()[0]:.2f} at the start")
+    print("| CPU ranks | DDP ms/step, median (spread) | FSDP ms/step, median (spread) | FSDP / DDP |\n"
+          "| ---: | ---: | ---: | ---: |")
+    for nproc in (1, 2):
+        runs: dict[str, list[float]] = {"ddp": [], "fsdp": []}
+        for _ in range(args.repeats):
+            for parallel in ("ddp", "fsdp"):
+                runs[parallel].append(trainer_ms_per_step(args, parallel, nproc))
+        ddp, fsdp = statistics.median(runs["ddp"]), statistics.median(runs["fsdp"])
+        print(f"| {nproc} | {ddp:.1f} ({spread(runs['ddp'])}) | {fsdp:.1f} ({spread(runs['fsdp'])}) "
+              f"| {fsdp / ddp:.2f} |", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+
+
 def main() -> None:
     args = parse_args()
     if args.bare_loop_worker:
@@ -273,6 +309,9 @@ def main() -> None:
         return
     if args.bench == "stall":
         bench_stall(args)
+        return
+    if args.bench == "parallel":
+        bench_parallel(args)
         return
     full, bare, no_periodic_ckpt = [], [], []
     for repeat in range(args.repeats):

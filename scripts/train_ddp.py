@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
@@ -115,8 +116,10 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
     # DDP or FSDP, activation checkpointing, per-block compile: trainer.parallel holds every difference.
     model = parallelize(model, parallel=args.parallel, precision=precision, device=device,
                         activation_checkpointing=args.activation_checkpointing, compile_blocks=args.compile)
+    # All parameters at once: fused kernels on a GPU, foreach on CPU (left to itself on CPU, AdamW loops
+    # over the parameters one by one, through DTensor's dispatch for each under FSDP).
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
-                                  fused=device.type == "cuda")
+                                  fused=device.type == "cuda", foreach=device.type != "cuda")
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: warmup_then_cosine(step, args.warmup_steps, args.max_steps))
     # The scaler only acts for fp16, whose narrow range would underflow small gradients.
@@ -224,8 +227,9 @@ def train_one_step(state: TrainingState) -> torch.Tensor:
     for micro_step in range(grad_accum):
         inputs, targets = state.stream.next_batch()
         inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
-        # Gradients are reduced once per step, on the last micro-batch; before it they just add up.
-        with gradient_sync(model, enabled=micro_step == grad_accum - 1):
+        # Gradients are reduced once per step, on the last micro-batch; before it they just add up. With one
+        # micro-batch there is nothing to switch (FSDP's switch walks every module).
+        with gradient_sync(model, enabled=micro_step == grad_accum - 1) if grad_accum > 1 else nullcontext():
             with torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
                 loss = batch_loss(model, inputs, targets, language_model=language_model) / grad_accum
             scaler.scale(loss).backward()

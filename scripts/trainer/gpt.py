@@ -1,9 +1,11 @@
 """A GPT-2 style decoder-only Transformer: pre-norm blocks, causal SDPA attention, GELU MLP, tied embeddings.
 
-The sizes are GPT-2's own (Radford et al. 2019), plus `gpt-tiny` for CPU tests. Each block is a separate
-module in `Transformer.blocks`, which is what FSDP shards, activation checkpointing recomputes and
-`--compile` compiles, one block at a time. The model computes its own loss (`Transformer.loss`), which
-`--compile` compiles with the output head.
+The sizes are GPT-2's own (Radford et al. 2019), plus `gpt-tiny` for CPU tests and `gpt2-small-narrow`,
+gpt2-small's 12 blocks at gpt-tiny's width: as many parameters, hooks and per-parameter steps as
+gpt2-small per step on the host, at a compute CPU ranks can do (the CPU proxy of FSDP's cost against DDP's,
+BENCHMARKS.md). Each block is a separate module in `Transformer.blocks`, which is what FSDP shards,
+activation checkpointing recomputes and `--compile` compiles, one block at a time. The model computes its
+own loss (`Transformer.loss`), which `--compile` compiles with the output head.
 """
 from __future__ import annotations
 
@@ -28,11 +30,12 @@ class GPTShape:
 # output matmuls on fast GPU tile sizes (nanoGPT does the same). gpt-tiny uses bytes (256).
 GPT_SIZES: dict[str, GPTShape] = {
     "gpt-tiny": GPTShape(layers=2, heads=4, width=128, max_seq_len=256),
+    "gpt2-small-narrow": GPTShape(layers=12, heads=4, width=128, max_seq_len=256),
     "gpt2-small": GPTShape(layers=12, heads=12, width=768),    # 124M parameters
     "gpt2-medium": GPTShape(layers=24, heads=16, width=1024),  # 350M
     "gpt2-large": GPTShape(layers=36, heads=20, width=1280),   # 774M
 }
-DEFAULT_VOCAB_SIZE = {"gpt-tiny": 256, "gpt2-small": 50304, "gpt2-medium": 50304, "gpt2-large": 50304}
+DEFAULT_VOCAB_SIZE = {"gpt-tiny": 256, "gpt2-small-narrow": 256, "gpt2-small": 50304, "gpt2-medium": 50304, "gpt2-large": 50304}
 
 
 class CausalSelfAttention(nn.Module):
