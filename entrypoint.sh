@@ -110,7 +110,12 @@ report_hook_that_ended_start_up() {
 }
 
 # A restarted container keeps its files: what the last start recorded is stale until this one is done.
-rm -f "$RUN_DIR/started" "$RUN_DIR/services" "$RUN_DIR/stopping" "$SETTINGS_FILE"
+# The folder is writable by any uid (docker run --user runs start-up as that uid), so whatever a user left
+# under these names (a folder, a link) goes too; no process of the user's runs yet to race it. The stop's
+# marker lives in a folder of the supervisor's own uid, where no other user can make one.
+rm -rf -- "$RUN_DIR/started" "$RUN_DIR/services" "$RUN_DIR/stopping" "$RUN_DIR/stop" "$RUN_DIR/jupyter-url" \
+  "$RUN_DIR/jupyter-checked" "$SETTINGS_FILE"
+mkdir -m 0755 "$RUN_DIR/stop"
 run_core_steps
 run_user_hooks
 # How this container runs, in one line (docs/how-it-runs.md has the table of what each part means).

@@ -122,3 +122,24 @@ def test_a_trainer_first_reached_at_step_3_is_signalled_before_its_dataloader_wo
     assert "killed by signal" not in log and "stopped by SIGTERM at step" in log, log[-3000:]
     assert saved_checkpoints(container, "swept", tmp_path), logs[-3000:]
     assert "stopping: SIGTERM to work below what is still running, tops first" in logs, logs[-3000:]
+
+
+# What start-up and the stop write in /run/container, which any uid may write (docker run --user).
+RUN_DIR_NAMES = ["started", "services", "stopping", "stop", "settings.json", "jupyter-url", "jupyter-checked"]
+
+
+def test_what_a_user_leaves_in_the_run_folder_neither_blocks_kernels_nor_the_next_start(containers):
+    """A user's `touch stopping` must not keep kernels from starting, and folders left under the names
+    start-up writes must not end every later start (a restart loop under `unless-stopped`)."""
+    container = containers(options=["--env", "JUPYTER_TOKEN=run-folder-test-token-4d3c2b1a"])
+    container.wait_until_healthy()
+    assert container.run("touch /run/container/stop/stopping").rc != 0  # the supervisor's folder only
+    assert container.run("touch /run/container/stopping && /usr/local/lib/container/python-kernel --version").rc == 0
+    planted = " ".join(f"/run/container/{name}.new" for name in RUN_DIR_NAMES)
+    moves = " && ".join(f"mv -T /run/container/{name}.new /run/container/{name}" for name in RUN_DIR_NAMES)
+    # A folder under every name, as a user leaves them where no file of root's stands (the container's own
+    # uid under --user can replace them all): made as root here, so root's files are replaced too.
+    assert container.run(f"rm -rf /run/container/* ; mkdir -p {planted} && {moves}", user="root").rc == 0
+    docker("restart", "--time", "20", container.name)
+    container.wait_until_healthy()
+    assert container.run("test -f /run/container/settings.json && test -f /run/container/started").rc == 0

@@ -38,7 +38,7 @@ if CONTAINER_LIB not in sys.path:
 import process_table  # noqa: E402
 import stop_policy  # noqa: E402
 
-STOPPING = "/run/container/stopping"  # supervisor.py's mark_stopping: the container's stop has begun
+STOPPING = "/run/container/stop/stopping"  # supervisor.py's mark_stopping: the container's stop has begun
 POLL_S = 0.2
 DEFAULT_STOP_TIMEOUT_S = 25
 

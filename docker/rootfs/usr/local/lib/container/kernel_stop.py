@@ -11,7 +11,7 @@ import sys
 
 from IPython import get_ipython
 
-STOPPING = "/run/container/stopping"  # supervisor.py's mark_stopping
+STOPPING = "/run/container/stop/stopping"  # supervisor.py's mark_stopping
 
 
 def end_the_kernel_when_the_container_stops(_result=None):

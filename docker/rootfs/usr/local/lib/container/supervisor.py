@@ -33,6 +33,7 @@ import process_table  # noqa: E402
 import stop_policy  # noqa: E402
 
 RUN_DIR = "/run/container"
+STOPPING = os.path.join(RUN_DIR, "stop", "stopping")  # read by kernel_stop.py, python-kernel, jupyter_work_first.py
 DOCTOR = "/opt/scripts/doctor.py"
 # The checks for exited work start this often and slow down to POLL_S: most work ends within a
 # fraction of a second, and a check of 5,000 processes costs tens of milliseconds.
@@ -186,12 +187,12 @@ def mark_started() -> None:
 def mark_stopping() -> None:
     """Tells the notebook kernels that the container is stopping: a kernel ends when its cell does, and
     JupyterLab starts no new one (kernel_stop.py, python-kernel). Made anew, never through a link a user
-    left in the shared folder."""
-    path = os.path.join(RUN_DIR, "stopping")
+    left in the shared folder. Its folder (made at start-up) is writable by the supervisor's uid only, so
+    no user's `touch` can keep kernels from starting."""
     try:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+            os.unlink(STOPPING)
+        os.close(os.open(STOPPING, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
     except OSError as error:  # a read-only /run: kernels are still signalled, they only end less neatly
         warn(f"could not mark the container as stopping ({error}); notebook kernels may be restarted")
 
