@@ -12,8 +12,8 @@ import signal
 import pytest
 
 from stop_policy import (READER_DRAIN_S, Container, Ended, Process, asked_by_a_service, everything_left,
-                         lost_with_a_holder, plan_signals, readers_to_signal, sent_from_inside, shells, signal_meaning,
-                         user_work)
+                         lost_with_a_holder, plan_signals, readers_to_signal, rescan, sent_from_inside, shells,
+                         signal_meaning, user_work)
 
 SUPERVISOR = 7
 CONTAINER = Container(supervisor=SUPERVISOR, services=frozenset({10, 20}))
@@ -142,6 +142,17 @@ def test_work_whose_launcher_exited_is_a_new_top_signalled_in_its_turn():
     assert plan.signal == (13,)
     orphaned = table(shell(12, 10), python(14, SUPERVISOR))  # the subreaper inherited it
     assert plan_signals(orphaned, CONTAINER, plan.tops).signal == (14,)
+
+
+def test_workers_torchrun_restarted_after_the_stop_began_are_signalled_at_the_next_look():
+    """torchrun --max-restarts=3 whose rank exited 1 on its SIGTERM starts new workers under the same agent;
+    they save only if they get a SIGTERM of their own, not step 3's."""
+    processes = table(shell(12, 10), python(13, 12, TORCHRUN, "torchrun"), python(14, 13))
+    plan = plan_signals(processes, CONTAINER)
+    restarted = table(shell(12, 10), python(13, 12, TORCHRUN, "torchrun"), python(24, 13), python(25, 13))
+    assert rescan(restarted, CONTAINER, plan.tops, signalled={14})[1] == [24, 25]
+    between = table(shell(12, 10), python(13, 12, TORCHRUN, "torchrun"))  # no workers: the agent is left alone
+    assert rescan(between, CONTAINER, plan.tops, signalled={14})[1] == []
 
 
 def test_a_top_handled_already_is_not_signalled_again():

@@ -274,6 +274,19 @@ def plan_signals(table: Table, container: Container, known_tops: frozenset[int] 
     return Plan(tuple(signal), readers, frozenset(new_tops), frozenset(work | kernels))
 
 
+def rescan(table: Table, container: Container, known_tops: frozenset[int],
+           signalled: set[int]) -> tuple[Plan, list[int]]:
+    """Step 2's look at the table again: the plan for the tops no earlier plan saw, and what gets SIGTERM
+    now. That is the plan's signals, and the new workers of the tops planned before: torchrun
+    --max-restarts starts new workers under the same agent, which an earlier plan reached only through
+    its old workers. A known top itself (torchrun between two restarts) is never signalled again."""
+    plan = plan_signals(table, container, known_tops)
+    fresh = [pid for pid in plan.signal if pid not in signalled]
+    fresh += [pid for pid in plan_signals(table, container).signal
+              if pid not in signalled and pid not in known_tops and pid not in fresh]
+    return plan, fresh
+
+
 def readers_to_signal(readers: dict[int, frozenset[int]], alive: set[int], writers_gone_at: dict[int, float],
                       now: float) -> list[int]:
     """The readers still alive READER_DRAIN_S after the last of their writers went. WRITERS_GONE_AT

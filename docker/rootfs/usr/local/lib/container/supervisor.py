@@ -319,11 +319,10 @@ class Stop:
             if (exited_since_scan and now - scanned_at >= RESCAN_EVERY_S) or not alive:
                 scanned_at, exited_since_scan = now, False
                 table = process_table.snapshot(self.container)
-                plan = stop_policy.plan_signals(table, self.container, frozenset(known))
+                plan, fresh = stop_policy.rescan(table, self.container, frozenset(known), signalled)
                 alive = set(plan.work)
                 known |= plan.tops
                 readers.update(plan.readers)
-                fresh = [pid for pid in plan.signal if pid not in signalled]
                 if fresh:
                     failed += send(signal.SIGTERM, fresh)
                     log("stopping: SIGTERM to work whose launcher exited or that started since: "
