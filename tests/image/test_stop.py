@@ -7,6 +7,7 @@ never reached: the entrypoint signals them first and stops the services last.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 
 import pytest
@@ -59,11 +60,22 @@ def test_docker_stop_saves_training_started_over_ssh_in_tmux_with_exec_and_from_
     assert "your processes have exited" in container.logs() and "stopped cleanly" in container.logs()
 
 
-def test_docker_stop_saves_a_training_loop_running_in_a_notebook_kernel_itself(containers, tmp_path):
+# A user's own kernel config that sets the list the image's /etc/ipython config appends to (a common one:
+# autoreload in every notebook).
+USERS_EXEC_LINES = 'c.InteractiveShellApp.exec_lines = ["%load_ext autoreload", "%autoreload 2"]'
+
+
+@pytest.mark.parametrize("users_config", ["", USERS_EXEC_LINES], ids=["image-config", "users-exec-lines"])
+def test_docker_stop_saves_a_training_loop_running_in_a_notebook_kernel_itself(containers, tmp_path, users_config):
     """The kernel gets SIGTERM like a trainer, the loop saves, and the kernel ends with its cell: JupyterLab
-    would shut it down within 2 s, and restart it, if the stop left it to the services."""
+    would shut it down within 2 s, and restart it, if the stop left it to the services. A user's kernel
+    config does not take that rule away."""
     container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}"])
     container.wait_until_healthy()
+    if users_config:
+        profile = "~/.ipython/profile_default"
+        assert container.run(f"mkdir -p {profile} && echo {shlex.quote(users_config)} > "
+                             f"{profile}/ipython_kernel_config.py").rc == 0
     start_in_a_notebook_kernel(container, f"http://127.0.0.1:{container.published_port(8888)}", TOKEN,
                                training_in_a_kernel("kernel"))
     wait_until_trained(container, "kernel")
