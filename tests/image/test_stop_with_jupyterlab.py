@@ -45,6 +45,17 @@ def start_a_loop_in_a_notebook(container, access: JupyterAccess, name: str) -> N
     start_in_kernel(container, session.json()["kernel"]["id"], training_in_a_kernel(name))
 
 
+def training_in_a_terminal_and_a_notebook(containers, terminal_command: str):
+    """JupyterLab with the trainer "terminal" typed into a terminal and the loop "notebook" in a notebook's
+    kernel, both past their second step."""
+    container, access = jupyterlab(containers)
+    type_into_a_terminal(access, terminal_command)
+    start_a_loop_in_a_notebook(container, access, "notebook")
+    for name in ("terminal", "notebook"):
+        wait_until_trained(container, name)
+    return container, access
+
+
 def file_shut_down(access: JupyterAccess) -> None:
     """What JupyterLab 4's File > Shut Down sends: every session and terminal deleted at once, then
     /api/shutdown."""
@@ -74,12 +85,7 @@ def last_line(logs: str) -> str:
 
 
 def test_file_shut_down_saves_a_trainer_in_a_terminal_and_a_loop_in_a_notebook(containers, tmp_path):
-    container, access = jupyterlab(containers)
-    type_into_a_terminal(access, endless_run_command("terminal", 1))
-    start_a_loop_in_a_notebook(container, access, "notebook")
-    for name in ("terminal", "notebook"):
-        wait_until_trained(container, name)
-
+    container, access = training_in_a_terminal_and_a_notebook(containers, endless_run_command("terminal", 1))
     file_shut_down(access)
     logs = wait_until_stopped(container)
 
@@ -95,13 +101,9 @@ def test_file_shut_down_saves_a_trainer_in_a_terminal_and_a_loop_in_a_notebook(c
 def test_a_crash_of_jupyterlab_keeps_the_trainer_in_its_terminal_and_the_loop_in_its_kernel(containers, tmp_path):
     """The terminal hangs up on the trainer (SIGHUP), whose output to it fails from then on; the kernel loses
     its server. Each must still save, and the kernel must live until its loop has."""
-    container, access = jupyterlab(containers)
     # Its output on the terminal itself, as typed by a user; the metrics file says how far it got.
-    type_into_a_terminal(access, trainer_command(endless_flags("terminal"), nproc=None, timeout_s=None))
-    start_a_loop_in_a_notebook(container, access, "notebook")
-    for name in ("terminal", "notebook"):
-        wait_until_trained(container, name)
-
+    container, _ = training_in_a_terminal_and_a_notebook(
+        containers, trainer_command(endless_flags("terminal"), nproc=None, timeout_s=None))
     kill_the_server(container)
     logs = wait_until_stopped(container)
 
