@@ -190,7 +190,7 @@ def test_the_variant_adds_code_server_with_its_own_node_and_nothing_else_runnabl
                       ).stdout.strip(), "the default image must not carry the variant's label"
 
 
-def vscode_page(container: Container) -> str:
+def vscode_page(container: Container, within: float = SETTLES_S) -> str:
     """/vscode/ of CONTAINER with the token, once code-server (started by this first visit) answers."""
     def page() -> str | None:
         try:
@@ -199,14 +199,14 @@ def vscode_page(container: Container) -> str:
         except requests.RequestException:
             return None
         return answer.text if answer.status_code == 200 else None
-    return wait_until(page, SETTLES_S, interval=2, failure=lambda: container.logs()[-3000:])
+    return wait_until(page, within, interval=2, failure=lambda: container.logs()[-3000:])
 
 
-def a_vsix(folder: Path, publisher: str, name: str, version: str) -> Path:
+def a_vsix(folder: Path, publisher: str, name: str, version: str, **manifest_fields) -> Path:
     """A minimal extension package as `vsce package` writes one: a zip of its manifest and the extension."""
     vsix = folder / f"{name}-{version}.vsix"
     manifest = {"name": name, "publisher": publisher, "version": version, "displayName": name,
-                "engines": {"vscode": "^1.80.0"}, "contributes": {}}
+                "engines": {"vscode": "^1.80.0"}, "contributes": {}, **manifest_fields}
     with zipfile.ZipFile(vsix, "w") as archive:
         archive.writestr("[Content_Types].xml", '<?xml version="1.0" encoding="utf-8"?><Types xmlns='
                          '"http://schemas.openxmlformats.org/package/2006/content-types">'
@@ -370,3 +370,63 @@ def test_an_extension_baked_into_a_derived_image_is_installed_once_and_kept(vari
     finally:
         docker("volume", "rm", "--force", volume, check=False)
         docker("image", "rm", "--force", derived, check=False)
+
+
+# A proxy as a firewall that drops packets makes one: it accepts every connection and never answers.
+SILENT_PROXY = ("import socket\nserver = socket.create_server(('127.0.0.1', 3128), backlog=64)\nheld = []\n"
+                "while True:\n    held.append(server.accept())")
+BEHIND_THE_SILENT_PROXY = [f"--env={name}=http://127.0.0.1:3128" for name in ("HTTPS_PROXY", "https_proxy")] + [
+    f"--env={name}=localhost,127.0.0.1" for name in ("NO_PROXY", "no_proxy")] + [
+    "--env=VSCODE_EXTENSION_FETCH_TIMEOUT_S=15"]
+OPENS_WITHIN_S = 30  # issue 46: where the network is silent, VS Code opens within this
+
+
+def test_a_baked_extension_whose_dependency_cannot_be_fetched_lets_vs_code_open_and_is_named(variant, tmp_path):
+    """An extension that needs ms-python.python, behind a proxy that never answers: /vscode/ opens within
+    30 s, one line names the extension and what it lacks, and a later visit starts no install again."""
+    vsix = a_vsix(tmp_path, "pytorch-dev-tests", "needs-python", "1.0.0", extensionDependencies=["ms-python.python"])
+    (tmp_path / "Dockerfile").write_text(f"FROM {variant}\nCOPY *.vsix /usr/local/share/code-server/extensions/\n")
+    derived = f"pytorch-dev-vscode-derived:{uuid.uuid4().hex[:8]}"
+    volume = f"vscode-cache-{uuid.uuid4().hex[:8]}"
+    options = [*on_a_cache_volume(volume), *BEHIND_THE_SILENT_PROXY]
+    named = f"code-server: the baked extension {vsix.name} is installed without ms-python.python"
+    docker("build", "--quiet", "--tag", derived, str(tmp_path), timeout=SETTLES_S)
+    try:
+        with running_container(derived, options=options) as first:
+            docker("exec", "--detach", first.name, "python3", "-c", SILENT_PROXY)
+            listening = "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 3128), 2)'"
+            wait_until(lambda: first.run(listening).rc == 0, SETTLES_S)
+            vscode_page(first, within=OPENS_WITHIN_S)
+            assert first.run("ls ~/.cache/code-server/extensions | grep -x 'pytorch-dev-tests.needs-python-1.0.0'").rc == 0
+            logs = first.wait_for_log(named, 15 + SETTLES_S)
+            assert len([line for line in logs.splitlines() if named in line]) == 1, logs[-3000:]
+        with running_container(derived, options=options) as second:
+            vscode_page(second, within=OPENS_WITHIN_S)
+            assert second.run("pgrep -f -- '--install-extensio[n]'").rc != 0, "an install started again"
+            assert named not in second.logs() and "was successfully installed" not in second.logs()
+    finally:
+        docker("volume", "rm", "--force", volume, check=False)
+        docker("image", "rm", "--force", derived, check=False)
+
+
+def test_jupyters_token_never_reaches_vs_codes_records(variant):
+    """A visit of /vscode/?token=... (a link with the token) leaves the token nowhere on the cache volume, and
+    what VS Code records there is its user's alone."""
+    with running_container(variant, options=WITH_THE_TOKEN) as container:
+        def opened() -> bool:
+            try:
+                return requests.get(f"{jupyter_url(container)}/vscode/", params={"token": TOKEN},
+                                    timeout=HTTP_TIMEOUT_S).status_code == 200
+            except requests.RequestException:
+                return False
+        wait_until(opened, SETTLES_S, interval=2, failure=lambda: container.logs()[-3000:])
+        wait_until(lambda: container.run("test -s ~/.cache/code-server/coder.json").rc == 0, SETTLES_S)
+        assert TOKEN not in container.run("cat ~/.cache/code-server/coder.json").stdout
+        assert container.run("stat -c %a ~/.cache/code-server").stdout.strip() == "700"
+
+
+def test_vs_code_opens_with_one_line_where_its_cache_cannot_be_written(variant):
+    """A cache volume of another uid's: VS Code opens at once with its settings in /tmp, and says so."""
+    with running_container(variant, options=[*WITH_THE_TOKEN, "--tmpfs", "/home/dev/.cache:ro"]) as container:
+        vscode_page(container, within=OPENS_WITHIN_S)
+        container.wait_for_log("code-server: /home/dev/.cache/code-server cannot be written by dev")

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 import pytest
 
+from jupyter_proxy_without_token import without_token
 from tests.support import REPO_ROOT
 
 ROOTFS = REPO_ROOT / "docker" / "rootfs"
@@ -83,3 +84,15 @@ def test_the_wrapper_turns_code_servers_own_login_off_and_listens_only_on_the_so
 def test_the_default_image_offers_no_vscode_and_keeps_tensorboard(monkeypatch):
     servers = proxied_servers(monkeypatch, TOKEN_MODE, variant=False)
     assert set(servers) == {"tensorboard"}
+
+
+@pytest.mark.parametrize(("asked", "forwarded"), [
+    ("http://unix:/s:/?folder=%2Fworkspace&token=abc123", "http://unix:/s:/?folder=%2Fworkspace"),
+    ("http://127.0.0.1:6006/tensorboard/?token=abc123&run=a%20b", "http://127.0.0.1:6006/tensorboard/?run=a%20b"),
+    ("http://127.0.0.1:6006/data?tok%65n=abc123", "http://127.0.0.1:6006/data"),  # spelled with an escape
+    ("http://127.0.0.1:6006/data?tokens=2", "http://127.0.0.1:6006/data?tokens=2"),
+    ("http://127.0.0.1:6006/data", "http://127.0.0.1:6006/data"),
+])
+def test_jupyters_token_is_never_forwarded_to_a_proxied_server(asked, forwarded):
+    """/vscode/?token=... handed Jupyter's login to code-server, which kept it in coder.json on the volume."""
+    assert without_token(asked) == forwarded

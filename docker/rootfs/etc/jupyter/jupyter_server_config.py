@@ -87,8 +87,9 @@ else:
 # JupyterLab's own shutdowns (File > Shut Down, a terminal or busy kernel shut down) stop the work inside
 # first, as docker stop does, and /api/shutdown becomes the container's orderly stop (jupyter_work_first.py).
 # Updated, not set: the extensions other configs enable stay enabled.
+# Jupyter's token is never forwarded to a proxied server (jupyter_proxy_without_token.py).
 sys.path.append("/usr/local/lib/container")
-c.ServerApp.jpserver_extensions.update({"jupyter_work_first": True})
+c.ServerApp.jpserver_extensions.update({"jupyter_work_first": True, "jupyter_proxy_without_token": True})
 
 # TensorBoard through JupyterLab (jupyter-server-proxy): /tensorboard/ behind the same token or password,
 # started on first visit and listening on 127.0.0.1 only, so no other port has to be published.
