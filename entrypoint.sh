@@ -111,11 +111,9 @@ report_hook_that_ended_start_up() {
 
 # A restarted container keeps its files: what the last start recorded is stale until this one is done.
 # The folder is writable by any uid (docker run --user runs start-up as that uid), so whatever a user left
-# under these names (a folder, a link) goes too; no process of the user's runs yet to race it. The stop's
-# marker lives in a folder of the supervisor's own uid, where no other user can make one.
+# under these names (a folder, a link) goes too; no process of the user's runs yet to race it.
 rm -rf -- "$RUN_DIR/started" "$RUN_DIR/services" "$RUN_DIR/stopping" "$RUN_DIR/stop" "$RUN_DIR/jupyter-url" \
   "$RUN_DIR/jupyter-checked" "$SETTINGS_FILE"
-mkdir -m 0755 "$RUN_DIR/stop"
 run_core_steps
 run_user_hooks
 # How this container runs, in one line (docs/how-it-runs.md has the table of what each part means).
@@ -128,6 +126,9 @@ if [[ $CONTAINER_MODE == command ]]; then
 else
   set -- "${JUPYTER_EXTRA_ARGS[@]}"
 fi
+# The stop's marker lives in a folder of the supervisor's own uid, where no other user can make one. Made
+# after the core steps, which name the tmpfs a read-only root needs here.
+mkdir -m 0755 "$RUN_DIR/stop"
 write_resolved_settings "$SETTINGS_FILE"
 # The supervisor (docs/how-it-runs.md) starts the services or the command, each in a session of its
 # own, touches $RUN_DIR/started, and stops the container on SIGTERM. The image's own Python, with the
