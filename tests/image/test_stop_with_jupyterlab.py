@@ -23,6 +23,7 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.tier("landing")
 
 TOKEN = "shut-down-test-token-3c2b1a0f9e"
+IGNORES_SIGTERM = "python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'"
 
 
 def jupyterlab(containers):
@@ -115,10 +116,11 @@ def test_a_crash_of_jupyterlab_keeps_the_trainer_in_its_terminal_and_the_loop_in
 
 
 def test_work_a_crash_of_jupyterlab_took_away_is_named_and_the_stop_is_not_clean(containers):
-    """A program that does not handle SIGHUP dies with its terminal before the stop can signal it."""
+    """A program that does not handle SIGHUP dies of it with its terminal. It ignores SIGTERM, so that
+    however the hang-up and the stop's step 1 race, the hang-up is what ends it."""
     container, access = jupyterlab(containers)
-    type_into_a_terminal(access, "python3 -c 'import time; time.sleep(600)'")
-    wait_until(lambda: "time.sleep(600)" in container.run("ps -eo args").stdout, SETTLES_S)
+    type_into_a_terminal(access, IGNORES_SIGTERM)
+    wait_until(lambda: "SIG_IGN" in container.run("ps -eo args").stdout, SETTLES_S)
 
     kill_the_server(container)
     logs = wait_until_stopped(container)
@@ -127,8 +129,6 @@ def test_work_a_crash_of_jupyterlab_took_away_is_named_and_the_stop_is_not_clean
     assert len(named) == 1 and "python3, status 129" in named[0], logs[-3000:]
     assert "stopped cleanly" not in logs and "not cleanly" in last_line(logs), logs[-3000:]
 
-
-IGNORES_SIGTERM = "python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'"
 
 
 def test_work_still_running_when_file_shut_down_closed_its_terminal_is_named(containers):

@@ -77,20 +77,23 @@ def first_signals_below(root: int) -> tuple[stop_policy.Table, tuple[int, ...]]:
     return table, stop_policy.plan_signals(table, below_root).signal
 
 
-def terminal_work(shell: int) -> tuple[int, ...]:
-    """What a terminal's close stops first: of the stop policy's choice below its shell, what belongs to a
-    job the close's hang-up would reach (one in the shell's session that does not ignore SIGHUP; torchrun
-    passes it on to its workers, whatever their session). A `nohup` or `setsid` job outlives the terminal,
-    as it always did."""
+def terminal_work(shell: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """What a terminal's close stops first, and what it waits for: of the stop policy's choice below its
+    shell, what belongs to a job the close's hang-up would reach (one in the shell's session that does not
+    ignore SIGHUP; torchrun passes it on to its workers, whatever their session); and those jobs
+    themselves, whose launcher (torchrun, after its workers saved) would die of the hang-up if the
+    terminal closed before it exited. A `nohup` or `setsid` job outlives the terminal, as it always did."""
     def reached(job: int) -> bool:
         stat = process_table.read_stat(str(job))
         return stat is not None and stat[4] == shell and not has(caught_and_ignored(job)[1], signal.SIGHUP)
     table, first = first_signals_below(shell)
     jobs = {pid for pid, process in table.items() if process.parent == shell and reached(pid)}
-    return tuple(pid for pid in first if pid in jobs or any(stop_policy.descends_from(table, pid, job) for job in jobs))
+    signalled = tuple(pid for pid in first
+                      if pid in jobs or any(stop_policy.descends_from(table, pid, job) for job in jobs))
+    return signalled, tuple(sorted(jobs)) if signalled else ()
 
 
-def kernel_work(server: int, kernel: int) -> tuple[int, ...]:
+def kernel_work(server: int, kernel: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """What a busy kernel's shutdown stops first: the stop policy's choice in the kernel's subtree (the
     workers of a `!torchrun`, the kernel itself for a loop in a cell), the kernel only if its cell
     handles SIGTERM. A loop that does not keeps JupyterLab's own way, SIGINT first, which a loop that saves
@@ -101,7 +104,8 @@ def kernel_work(server: int, kernel: int) -> tuple[int, ...]:
         if pid == kernel:
             return has(caught_and_ignored(pid)[0], signal.SIGTERM)
         return stop_policy.descends_from(table, pid, kernel)
-    return tuple(pid for pid in first if ours(pid))
+    signalled = tuple(pid for pid in first if ours(pid))
+    return signalled, signalled
 
 
 def terminate(pids: tuple[int, ...]) -> None:
@@ -132,12 +136,12 @@ class WorkFirst:
         self.left_running: list[str] = []
 
     async def stop(self, what: str, find, ended=None) -> None:
-        """FIND (run in a thread: it reads the process table) gives the pids to signal; waits until they
-        (or ENDED) say the work has ended, at most STOP_TIMEOUT."""
+        """FIND (run in a thread: it reads the process table) gives the pids to signal and the pids to wait
+        for; waits until those have ended (or ENDED says the work has), at most STOP_TIMEOUT."""
         if os.path.exists(STOPPING):  # the container's stop has signalled this work already
             return
         try:
-            pids = await asyncio.to_thread(find)
+            pids, awaited = await asyncio.to_thread(find)
         except Exception as error:  # a failure here costs the work-first step, never the shutdown itself
             self.log.warning(f"{what}: could not look for its work ({error!r}); closing it as JupyterLab does")
             return
@@ -146,7 +150,7 @@ class WorkFirst:
         terminate(pids)
         self.log.info(f"{what}: SIGTERM to the work running in it first ({' '.join(map(str, pids))}); "
                       f"closing it once that has ended, or in {stop_timeout_s()} s")
-        done = ended or (lambda: not any(process_table.is_alive(pid) for pid in pids))
+        done = ended or (lambda: not any(process_table.is_alive(pid) for pid in (*pids, *awaited)))
         if not await wait_until(done, stop_timeout_s()):
             self.left_running.append(f"{what}: {' '.join(map(str, pids))}")
             self.log.warning(f"{what}: its work still runs after {stop_timeout_s()} s; closing it now")
