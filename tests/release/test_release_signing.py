@@ -260,3 +260,21 @@ def derived(image: str, reference: str, marker: str, created: str = "") -> str:
         docker("image", "rm", reference, check=False)
     return f"{reference.rpartition(':')[0]}@{output.split('digest: ')[1].split()[0]}"
 
+
+
+def test_sign_refuses_the_digests_another_build_of_the_tag_pushed(release, image, flavor, tmp_path):
+    """`make build; make push; make build; make sign` on one day: the second build has the tag's name and its
+    own SBOM, but what the first pushed is not it, and must not be attested with its SBOM and provenance."""
+    name, tag = split_image_ref(image)
+    rebuilt = f"{name}-rebuilt:{tag}"
+    subprocess.run(["docker", "build", "--quiet", "--tag", rebuilt, "-"], input=f"FROM {image}\nLABEL test=rebuilt\n",
+                   capture_output=True, text=True, timeout=300, check=True)
+    directory = tmp_path / "release"
+    shutil.copytree(release.directory, directory)  # the first build's pushed-<tag>.txt and provenance
+    try:
+        sbom = release_make("sbom", rebuilt, flavor, f"RELEASE_DIR={directory}")  # the second build's own
+        assert sbom.returncode == 0, sbom.stderr
+        signed = release_make("sign", rebuilt, flavor, f"COSIGN_KEY={release.key}", f"RELEASE_DIR={directory}")
+    finally:
+        docker("image", "rm", rebuilt, check=False)
+    assert "was pushed from another build" in one_error_line(signed) and "signed " not in signed.stdout

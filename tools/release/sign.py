@@ -19,7 +19,8 @@ import sys
 
 from cosign_cli import TAG_ANNOTATION, failure_line, run_cosign, transparency_log_flags
 from provenance import provenance_file_name
-from sbom import read_sbom_of, sbom_file_name
+from registry_api import Registry
+from sbom import image_id_of, read_sbom_of, sbom_file_name
 from tags import ReleaseError, compute_tags, read_labels, run_command
 
 
@@ -63,6 +64,23 @@ def attestation_files(release_dir: pathlib.Path, labels: dict[str, str]) -> list
     return files
 
 
+def check_pushed_are_this_image(image: str, pushed: list[tuple[str, str]]) -> None:
+    """Refuses digests `make push` published from another build of this tag (`make build; make push;
+    make build; make sign` on one day): signing them would attest them with this build's SBOM and
+    provenance. A pushed image is this one when its manifest names this image's config (the image id);
+    the -zstd variants compress the layers, not the config, so theirs do too."""
+    image_id = image_id_of(image)
+    for reference, digest in pushed:
+        repository = reference.rpartition(":")[0]
+        manifest, _ = Registry(repository).manifest(digest)
+        config = (manifest.get("config") or {}).get("digest", "")
+        if config != image_id:
+            raise ReleaseError(f"{reference}@{digest[:19]} was pushed from another build (its config is "
+                               f"{config[:19] or 'missing'}, {image}'s is {image_id[:19]}): signing it would attest "
+                               f"it with this build's SBOM and provenance; run `make push` again for this build, "
+                               f"then `make sign`")
+
+
 def _cosign_or_fail(what: str, *args: str) -> None:
     result = run_cosign(*args)
     if result.returncode != 0:
@@ -76,6 +94,7 @@ def sign(image: str, release_dir: str, key: str) -> list[str]:
     flags = key_flags(key.strip()) + transparency_log_flags(verifying=False)
     attestations = attestation_files(directory, labels)
     read_sbom_of(image, directory, labels)  # refuses an SBOM taken from another image of this tag
+    check_pushed_are_this_image(image, pushed)  # and digests pushed from another build of it
     signed = []
     for reference, digest in pushed:
         repository, _, tag = reference.rpartition(":")
