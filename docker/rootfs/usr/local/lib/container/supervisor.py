@@ -33,7 +33,8 @@ import process_table  # noqa: E402
 import stop_policy  # noqa: E402
 
 RUN_DIR = "/run/container"
-STOPPING = os.path.join(RUN_DIR, "stop", "stopping")  # read by kernel_stop.py, python-kernel, jupyter_work_first.py
+# The stop's marker, read by kernel_stop.py, python-kernel and jupyter_work_first.py.
+STOPPING = os.path.join(RUN_DIR, "stop", "stopping")
 DOCTOR = "/opt/scripts/doctor.py"
 # The checks for exited work start this often and slow down to POLL_S: most work ends within a
 # fraction of a second, and a check of 5,000 processes costs tens of milliseconds.
