@@ -5,7 +5,9 @@
 
 Needs /usr/bin/docker-registry (`make ci-registry`) and cosign 2.x (`bash .ci/install-cosign.sh`); without
 them the tests skip, except in CI (CI=true). No transparency log is reachable here, so COSIGN_TLOG=0.
-Each refusal of `make verify` is one `error:` line: unsigned, tag moved after signing, another key.
+Each refusal of `make verify` is one `error:` line: unsigned, tag moved after signing, another key, a moving
+tag moved back (releases ordered as they were signed, whatever their build clocks), and signature tags
+pushed without the key, which never end in a traceback.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import pytest
 from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
 from tests.support.containers import docker
 from tests.support.host_tools import skip_where_missing
-from tests.support.local_registry import local_registry, registry_api
+from tests.support.local_registry import local_registry, put_blob, put_manifest, registry_api
 from tests.support.release import environment_without_make, make, split_image_ref
 
 pytestmark = pytest.mark.tier("full")
@@ -31,6 +33,8 @@ pytestmark = pytest.mark.tier("full")
 PUSH_TIMEOUT_S = 1800  # a first push of the whole image; minutes on a loaded machine
 PASSWORD = "release-test-password"
 TAG_ANNOTATION = "dev.pytorch-dev.tag"
+SEQUENCE_ANNOTATION = "dev.pytorch-dev.sequence"
+SIGNATURE_LAYER = "application/vnd.dev.cosign.simplesigning.v1+json"
 MANIFEST_TYPES = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
 ZSTD_MAGIC = bytes.fromhex("28b52ffd")
 
@@ -179,37 +183,111 @@ def test_a_tag_moved_to_another_signed_image_after_signing_is_refused_in_one_lin
     assert verify(release.reference(moving), release.public_key).returncode == 0
 
 
-def test_a_moving_tag_moved_back_to_an_older_signed_release_is_refused_in_one_line(release, image, tmp_path):
-    """A moving tag (here rollback-latest, as cpu-latest) pointed back at an older image that was signed for
-    it: every signature is genuine, yet the tag no longer names the newest release. Refused by tag, pinned
-    under the tag, and in the pipeline, which resolves the tag and verifies what it resolved."""
-    moving = "rollback-latest"
-    reference = release.reference(moving)
-    docker("tag", image, reference)
+def publish(image: str, flavor: str, release: Release, directory: pathlib.Path) -> str:
+    """IMAGE released as a publisher does it: `make push`, `make sbom`, `make sign`; returns the digest of its
+    immutable tag. Its provenance is the module image's, renamed: `make sign` reads what `make build` wrote."""
+    immutable = make("tags", image, flavor).stdout.split()[0]
+    directory.mkdir()
+    shutil.copy(next(release.directory.glob("provenance-*.json")), directory / f"provenance-{immutable}.json")
+    for target, *variables in (("push", f"REGISTRY={release.registry}"), ("sbom",), ("sign", f"COSIGN_KEY={release.key}")):
+        result = release_make(target, image, flavor, *variables, f"RELEASE_DIR={directory}")
+        assert result.returncode == 0, f"make {target}: {result.stderr}"
+    return result.stdout.split()[1].rpartition("@")[2]
+
+
+def test_a_moving_tag_moved_back_to_an_older_signed_release_is_refused_whatever_the_build_clocks(
+        release, image, flavor, tmp_path):
+    """Two releases of one repository, published in turn: the first built on a runner whose clock ran far
+    ahead (dated 2099), the second on time. Every signature is genuine, and the order is the one they were
+    signed in: the moving tag at the second passes; moved back to the first it is refused in one line, by tag,
+    pinned under the tag, and in the pipeline, which resolves the tag and verifies what it resolved."""
+    name = f"{split_image_ref(image)[0]}-order"
+    built = {}
+    for when, created in (("first", "2099-01-01T00:00:00Z"), ("second", "")):
+        built[when] = local_derived(image, f"{name}:{when}", when, created)
     try:
-        docker("push", reference, timeout=PUSH_TIMEOUT_S)
-        cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={moving}",
-               f"{release.repository}@{release.digest}")
-        newer = derived(image, reference, "newer", created="2099-01-01T00:00:00Z")
-        cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={moving}", newer)
-        for kind, evidence in (("cyclonedx", "sbom-*.cdx.json"), ("slsaprovenance1", "provenance-*.json")):
-            cosign("attest", "--key", str(release.key), "--tlog-upload=false", "--type", kind, "--predicate",
-                   str(next(release.directory.glob(evidence))), newer)
-        at_newest = verify(reference, release.public_key)
-        assert at_newest.returncode == 0 and "newest:" in at_newest.stdout, at_newest.stdout + at_newest.stderr
-        docker("tag", image, reference)
-        docker("push", reference, timeout=PUSH_TIMEOUT_S)  # moved back
-        newer_digest = newer.rpartition("@")[2]
-        for named in (reference, f"{reference}@{release.digest}"):
+        first = publish(built["first"], flavor, release, tmp_path / "first")
+        second = publish(built["second"], flavor, release, tmp_path / "second")
+        moving = f"{release.registry}/{name}:{flavor}-latest"
+        at_newest = verify(moving, release.public_key)
+        assert at_newest.returncode == 0, at_newest.stderr
+        assert f"newest: release 2 of {flavor}-latest" in at_newest.stdout, at_newest.stdout
+        docker("tag", built["first"], moving)
+        docker("push", moving, timeout=PUSH_TIMEOUT_S)  # moved back
+        for named in (moving, f"{moving}@{first}"):
             line = one_error_line(verify(named, release.public_key))
-            assert "moved back" in line and newer_digest[:19] in line, line
-        pipeline = subprocess.run(["tools/pipeline/gate_and_submit.sh", reference], cwd=REPO_ROOT, capture_output=True,
+            assert "moved back" in line and "release 1" in line and second[:19] in line, line
+        pipeline = subprocess.run(["tools/pipeline/gate_and_submit.sh", moving], cwd=REPO_ROOT, capture_output=True,
                                   text=True, timeout=PUSH_TIMEOUT_S, check=False,
                                   env=dict(cosign_environment(), CKPT_DIR=str(tmp_path), COSIGN_PUB=str(release.public_key)))
         assert pipeline.returncode != 0 and "moved back" in pipeline.stderr, pipeline.stderr
         assert "3/4" not in pipeline.stderr, "an image that failed verification went on to the gate"
     finally:
+        docker("image", "rm", *built.values(), moving, check=False)
+
+
+def sign_as(release: Release, tag: str, sequence: int) -> None:
+    """The module's image signed for TAG as release SEQUENCE (what `make sign` writes), and TAG pushed at it."""
+    cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={tag}",
+           "-a", f"{SEQUENCE_ANNOTATION}={sequence}", f"{release.repository}@{release.digest}")
+    reference = release.reference(tag)
+    docker("tag", f"{release.reference(release.tags[0])}", reference)
+    try:
+        docker("push", reference, timeout=PUSH_TIMEOUT_S)
+    finally:
         docker("image", "rm", reference, check=False)
+
+
+def push_junk(release: Release, config: bytes, payloads: list[bytes]) -> str:
+    """What anyone who can push but not sign can write: an image whose config is CONFIG, and a cosign-shaped
+    signature tag for it whose payloads are PAYLOADS, none of them signed. Returns the image's digest."""
+    address, path = release.registry, release.repository.split("/", 1)[1]
+    config_blob = dict(put_blob(address, path, config), mediaType="application/vnd.oci.image.config.v1+json")
+    layer = dict(put_blob(address, path, config + b" layer"), mediaType="application/vnd.oci.image.layer.v1.tar")
+    image = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": config_blob,
+             "layers": [layer]}
+    digest = put_manifest(address, path, f"junk-{hashlib.sha256(config).hexdigest()[:12]}", image)
+    signatures = [dict(put_blob(address, path, payload), mediaType=SIGNATURE_LAYER,
+                       annotations={"dev.cosignproject.cosign/signature": "MEUCIQDnotasignature"}) for payload in payloads]
+    put_manifest(address, path, f"{digest.replace(':', '-')}.sig", dict(image, layers=signatures or [layer]))
+    return digest
+
+
+def claim(tag: str, sequence: str) -> bytes:
+    return json.dumps({"critical": {"type": "cosign container image signature"},
+                       "optional": {TAG_ANNOTATION: tag, SEQUENCE_ANNOTATION: sequence}}).encode()
+
+
+def test_junk_under_signature_tags_never_breaks_the_moving_tag_check(release):
+    """Images whose config is not JSON, is a list, or has a build time that is not a string, under
+    signature-shaped tags whose payloads are not JSON, a list, or claims that are not numbers: all skipped,
+    none a traceback; the moving tag still verifies."""
+    sign_as(release, "junk-latest", 1)
+    created = "org.opencontainers.image.created"
+    for config in (b"not json", b"[1, 2]", json.dumps({"config": {"Labels": {created: 2099}}}).encode()):
+        push_junk(release, config, [b"not json", b"[]", b'{"optional": []}', claim("junk-latest", "1e9"),
+                                    claim("junk-latest", "9" * 40), json.dumps({"optional": {TAG_ANNOTATION: 5}}).encode()])
+    result = verify(release.reference("junk-latest"), release.public_key)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "newest: release 1 of junk-latest" in result.stdout, result.stdout
+
+
+def test_claims_of_a_later_release_that_do_not_verify_are_ignored_then_stop_the_check_in_one_line(release):
+    """Unsigned claims of a later release (on images built later, by their label) each cost one `cosign
+    verify`: a few are ignored and said so; from MAX_UNVERIFIED_CLAIMS on the check stops, in one line."""
+    sign_as(release, "flood-latest", 1)
+    def built_later(index: int) -> bytes:
+        labels = {"org.opencontainers.image.created": "2099-01-01T00:00:00Z", "test": str(index)}
+        return json.dumps({"config": {"Labels": labels}}).encode()
+    for index in range(2):
+        push_junk(release, built_later(index), [claim("flood-latest", "1000")])
+    result = verify(release.reference("flood-latest"), release.public_key)
+    assert result.returncode == 0, result.stderr
+    assert "2 claim(s) of a later release that do not verify ignored" in result.stdout, result.stdout
+    for index in range(2, 12):
+        push_junk(release, built_later(index), [claim("flood-latest", str(1000 + index))])
+    line = one_error_line(verify(release.reference("flood-latest"), release.public_key))
+    assert "5 signature tags" in line and "none verifies" in line, line
 
 
 def test_the_zstd_variant_keeps_the_base_layers_and_compresses_ours(release, image, labels):
@@ -249,17 +327,22 @@ def test_the_zstd_variant_is_signed_and_pulls_into_the_engine_as_the_same_image(
         docker("image", "rm", zstd_tag, check=False)
 
 
-def derived(image: str, reference: str, marker: str, created: str = "") -> str:
-    """A different image (one more label; CREATED: another build time) pushed as REFERENCE; returns it by digest."""
+def local_derived(image: str, reference: str, marker: str, created: str = "") -> str:
+    """A different image built here as REFERENCE: one more label, and with CREATED another build time."""
     labels = f"LABEL test={marker}\n" + (f"LABEL org.opencontainers.image.created={created}\n" if created else "")
     subprocess.run(["docker", "build", "--quiet", "--tag", reference, "-"], input=f"FROM {image}\n{labels}",
                    capture_output=True, text=True, timeout=300, check=True)
+    return reference
+
+
+def derived(image: str, reference: str, marker: str) -> str:
+    """A different image pushed as REFERENCE; returns it by digest."""
+    local_derived(image, reference, marker)
     try:
         output = docker("push", reference, timeout=PUSH_TIMEOUT_S).stdout
     finally:
         docker("image", "rm", reference, check=False)
     return f"{reference.rpartition(':')[0]}@{output.split('digest: ')[1].split()[0]}"
-
 
 
 def test_sign_refuses_the_digests_another_build_of_the_tag_pushed(release, image, flavor, tmp_path):

@@ -6,11 +6,13 @@ dockerd trusts 127.0.0.0/8 over plain HTTP, so push and pull need no TLS. Needs 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import pathlib
 import shutil
 import subprocess
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
@@ -55,3 +57,25 @@ def local_registry(root: pathlib.Path) -> Iterator[str]:
         process.terminate()
         process.wait(timeout=30)
         shutil.rmtree(root / "data", ignore_errors=True)
+
+
+def put_blob(address: str, repository: str, data: bytes) -> dict:
+    """Uploads DATA as a blob of REPOSITORY (its path, without the host) in one request; returns its
+    descriptor without a media type: {"digest": ..., "size": ...}."""
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    start = urllib.request.Request(f"http://{address}/v2/{repository}/blobs/uploads/", data=b"", method="POST")
+    with urllib.request.urlopen(start, timeout=HTTP_TIMEOUT_S) as response:
+        location = urllib.parse.urljoin(f"http://{address}/", response.headers["Location"])
+    upload = urllib.request.Request(f"{location}{'&' if '?' in location else '?'}digest={digest}", data=data,
+                                    method="PUT", headers={"Content-Type": "application/octet-stream"})
+    urllib.request.urlopen(upload, timeout=HTTP_TIMEOUT_S).close()
+    return {"digest": digest, "size": len(data)}
+
+
+def put_manifest(address: str, repository: str, tag: str, manifest: dict) -> str:
+    """Pushes MANIFEST (an OCI image manifest) as REPOSITORY:TAG; returns its digest."""
+    body = json.dumps(manifest).encode()
+    request = urllib.request.Request(f"http://{address}/v2/{repository}/manifests/{tag}", data=body, method="PUT",
+                                     headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+    urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S).close()
+    return "sha256:" + hashlib.sha256(body).hexdigest()

@@ -18,8 +18,10 @@ PINNED_MAJOR = "2"
 # cannot be reached: an offline machine, or a network that lets only a private registry through.
 PUBLIC_SIGSTORE = re.compile(r"sigstore\.dev|rekor|fulcio|\btuf\b", re.IGNORECASE)
 COSIGN_TIMEOUT_S = 300
-# The annotation every signature carries: the tag it was pushed under (verify.py checks the tag asked for).
+# The annotations every signature carries: the tag it was pushed under (verify.py checks the tag asked for),
+# and the release's place in the order of the repository's releases (release_order.py).
 TAG_ANNOTATION = "dev.pytorch-dev.tag"
+SEQUENCE_ANNOTATION = "dev.pytorch-dev.sequence"
 
 
 def cosign_binary() -> str:
@@ -45,9 +47,14 @@ def transparency_log_flags(verifying: bool) -> list[str]:
 
 
 def run_cosign(*args: str) -> subprocess.CompletedProcess:
-    """Runs cosign (COSIGN_PASSWORD reaches it through the environment); never raises on its exit code."""
-    return subprocess.run([cosign_binary(), *args], capture_output=True, text=True, timeout=COSIGN_TIMEOUT_S,
-                          check=False, env=dict(os.environ, COSIGN_YES="true"))
+    """Runs cosign (COSIGN_PASSWORD reaches it through the environment); never raises on its exit code, and
+    one that hangs (a registry that stops answering) ends in one line."""
+    try:
+        return subprocess.run([cosign_binary(), *args], capture_output=True, text=True, timeout=COSIGN_TIMEOUT_S,
+                              check=False, env=dict(os.environ, COSIGN_YES="true"))
+    except subprocess.TimeoutExpired:
+        raise ReleaseError(f"cosign {args[0]} {args[-1]} did not finish in {COSIGN_TIMEOUT_S} s: check that the "
+                           f"registry answers, then run it again") from None
 
 
 def last_error_line(result: subprocess.CompletedProcess) -> str:

@@ -27,6 +27,8 @@ MANIFEST_TYPES = ", ".join(["application/vnd.oci.image.manifest.v1+json",
                             "application/vnd.docker.distribution.manifest.v2+json"])
 TIMEOUT_S = 600
 CHUNK = 1 << 20
+MANIFEST_LIMIT = 4 << 20  # what registries accept for a manifest (distribution's default limit)
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def split_repository(repository: str) -> tuple[str, str]:
@@ -85,9 +87,30 @@ class Registry:
             raise ReleaseError(f"cannot reach the registry {self.host}: {error}") from None
 
     def manifest(self, reference: str) -> tuple[dict, str]:
+        """The manifest REFERENCE (a tag or digest) names, and its digest. Anyone who can push writes these, so
+        one that is not a JSON object is refused like a missing one would be: in one line, never a traceback."""
         with self.request("GET", f"/manifests/{reference}", headers={"Accept": MANIFEST_TYPES}) as response:
-            raw = response.read()
-        return json.loads(raw), "sha256:" + hashlib.sha256(raw).hexdigest()
+            raw = response.read(MANIFEST_LIMIT + 1)
+        return self._json_object(raw, f"the manifest {reference}"), "sha256:" + hashlib.sha256(raw).hexdigest()
+
+    def small_json_blob(self, digest: str, limit: int) -> dict:
+        """The blob DIGEST as a JSON object, read only when it is at most LIMIT bytes (a signature's payload)."""
+        if not DIGEST.fullmatch(digest):
+            raise ReleaseError(f"{digest!r} is not a sha256 digest")
+        with self.request("GET", f"/blobs/{digest}") as response:
+            return self._json_object(response.read(limit + 1), f"the blob {digest}", limit)
+
+    def _json_object(self, raw: bytes, what: str, limit: int = 0) -> dict:
+        limit = limit or MANIFEST_LIMIT
+        if len(raw) > limit:
+            raise ReleaseError(f"{self.host}: {what} is over {limit} bytes")
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise ReleaseError(f"{self.host}: {what} is not a JSON object")
+        return parsed
 
     def tags(self) -> list[str]:
         """Every tag of the repository, page by page (the registry's Link header names the next one)."""
@@ -98,15 +121,6 @@ class Registry:
                 next_page = re.match(r'<([^>]+)>;\s*rel="next"', response.headers.get("Link", ""))
             url = urllib.parse.urljoin(self.base, next_page.group(1)) if next_page else ""
         return found
-
-    def labels(self, reference: str) -> dict[str, str]:
-        """The labels of the image REFERENCE (a tag or digest) names, from its config blob."""
-        manifest, _ = self.manifest(reference)
-        if not (manifest.get("config") or {}).get("digest"):
-            return {}  # not an image manifest (an index, a signature's artifact)
-        with self.request("GET", f"/blobs/{manifest['config']['digest']}") as response:
-            config = json.loads(response.read())
-        return (config.get("config") or {}).get("Labels") or {}
 
     def download_blob(self, digest: str, into: BinaryIO) -> None:
         with self.request("GET", f"/blobs/{digest}") as response:

@@ -4,9 +4,10 @@
     python3 tools/release/sign.py IMAGE RELEASE_DIR COSIGN_KEY     # or: make sign COSIGN_KEY=cosign.key
 
 `make push` records what it pushed in RELEASE_DIR/pushed-<immutable tag>.txt (one reference@digest a
-line; `make zstd` adds the -zstd variants). For each line this signs the digest, never the tag, with an
-annotation naming the tag (so `make verify` refuses a tag moved to another signed image), then attests
-the image with the CycloneDX SBOM (`make sbom`) and the provenance predicate (`make build` wrote it).
+line; `make zstd` adds the -zstd variants). For each line this signs the digest, never the tag, with
+annotations naming the tag (so `make verify` refuses a tag moved to another signed image) and the release's
+sequence number, one more than any signature in the repository claims (so `make verify` can tell a moving
+tag moved back: release_order.py), then attests the image with the CycloneDX SBOM (`make sbom`) and the provenance predicate (`make build` wrote it).
 
 COSIGN_KEY is a cosign key file (its password in COSIGN_PASSWORD). Empty COSIGN_KEY signs keyless,
 which needs an OIDC identity token: GitHub Actions with `permissions: id-token: write` has one.
@@ -17,9 +18,10 @@ import os
 import pathlib
 import sys
 
-from cosign_cli import TAG_ANNOTATION, failure_line, run_cosign, transparency_log_flags
+from cosign_cli import SEQUENCE_ANNOTATION, TAG_ANNOTATION, failure_line, run_cosign, transparency_log_flags
 from provenance import provenance_file_name
 from registry_api import Registry
+from release_order import next_sequence
 from sbom import image_id_of, read_sbom_of, sbom_file_name
 from tags import ReleaseError, compute_tags, read_labels, run_command
 
@@ -95,13 +97,17 @@ def sign(image: str, release_dir: str, key: str) -> list[str]:
     attestations = attestation_files(directory, labels)
     read_sbom_of(image, directory, labels)  # refuses an SBOM taken from another image of this tag
     check_pushed_are_this_image(image, pushed)  # and digests pushed from another build of it
+    # One number for the whole release, in each repository it went to: what orders it among the others.
+    sequences = {repository: next_sequence(Registry(repository))
+                 for repository in dict.fromkeys(reference.rpartition(":")[0] for reference, _ in pushed)}
     signed = []
     for reference, digest in pushed:
         repository, _, tag = reference.rpartition(":")
         by_digest = f"{repository}@{digest}"
-        _cosign_or_fail(f"sign {by_digest}", "sign", "--yes", *flags, "-a", f"{TAG_ANNOTATION}={tag}", by_digest)
+        _cosign_or_fail(f"sign {by_digest}", "sign", "--yes", *flags, "-a", f"{TAG_ANNOTATION}={tag}",
+                        "-a", f"{SEQUENCE_ANNOTATION}={sequences[repository]}", by_digest)
         signed.append(f"{reference}@{digest}")
-        print(f"signed {signed[-1]}", flush=True)
+        print(f"signed {signed[-1]} as release {sequences[repository]}", flush=True)
     for by_digest in dict.fromkeys(f"{ref.rpartition(':')[0]}@{digest}" for ref, digest in pushed):
         for kind, path in attestations:
             _cosign_or_fail(f"attest {by_digest} with {path.name}", "attest", "--yes", *flags, "--type", kind,

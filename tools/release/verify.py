@@ -8,7 +8,8 @@ Everything is checked against the digest cosign resolved, so what passed is exac
 `docker pull REF@DIGEST` gets. It fails with one line for: an unsigned image; a tag that now points at an
 image signed for other tags (moved after signing); a moving tag (`cpu-latest`) that names an older image
 than the newest one signed for it in the repository (moved back, or an old digest pinned under it); a
-signature made with another key; a missing or foreign attestation. On success it prints one line per
+signature made with another key; a missing or foreign attestation. Which release is newest is the order
+`make sign` gave them (release_order.py), not a build clock. On success it prints one line per
 check and, last, `verified REF@DIGEST`. What a moving tag can and cannot promise: docs/releases.md.
 
 COSIGN_PUB empty verifies a keyless (GitHub Actions) signature: COSIGN_IDENTITY is a regular expression
@@ -17,18 +18,21 @@ of the signing workflow's identity (https://github.com/OWNER/REPO/.github/workfl
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 import os
 import sys
 
 from cosign_cli import TAG_ANNOTATION, last_error_line, run_cosign, transparency_log_flags
-from registry_api import NotFound, Registry
-from tags import CREATED_LABEL, ReleaseError, is_moving, run_command
+from registry_api import Registry
+from release_order import later_claims, sequence_for
+from tags import ReleaseError, is_moving, run_command
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 SBOM_TYPE = "https://cyclonedx.org/bom"
 PROVENANCE_TYPE = "https://slsa.dev/provenance/v1"
+# How many claims of a later release that do not verify the moving-tag check tries before it stops: each
+# costs one `cosign verify`, and anyone who can push can write claims.
+MAX_UNVERIFIED_CLAIMS = 5
 
 
 def split_reference(image: str) -> tuple[str, str, str]:
@@ -69,10 +73,16 @@ def signed_tags_of(payloads: list[dict]) -> list[str]:
     return sorted({(payload.get("optional") or {}).get(TAG_ANNOTATION, "") for payload in payloads} - {""})
 
 
-def verify_signature(image: str, flags: list[str]) -> str:
-    """Checks the signature; returns the digest it covers. A named tag must be one the signature names."""
+def cosign_verify(image: str, flags: list[str]):
+    """cosign's verdict on IMAGE's signatures; on success its output is the payloads it verified."""
+    return run_cosign("verify", *flags, *transparency_log_flags(verifying=True), "--output", "json", image)
+
+
+def verify_signature(image: str, flags: list[str]) -> tuple[str, list[dict]]:
+    """Checks the signature; returns the digest it covers and the verified payloads. A named tag must be one
+    the signature names."""
     _, tag, _ = split_reference(image)
-    result = run_cosign("verify", *flags, *transparency_log_flags(verifying=True), "--output", "json", image)
+    result = cosign_verify(image, flags)
     if result.returncode != 0:
         raise signature_failure(image, last_error_line(result))
     payloads = json.loads(result.stdout)
@@ -82,45 +92,33 @@ def verify_signature(image: str, flags: list[str]) -> str:
         raise ReleaseError(f"{image} now points at {digest}, which was signed for {', '.join(signed_tags) or 'no tag'}, "
                            f"not for {tag}: the tag was moved after signing; pin the digest you trust instead")
     print(f"signature: {digest} signed for {', '.join(signed_tags) or 'its digest'}")
-    return digest
+    return digest, payloads
 
 
-def built_at(registry: Registry, digest: str) -> datetime.datetime | None:
-    """When the image DIGEST names was built (its created label; the digest covers it), None if it is gone."""
-    try:
-        created = registry.labels(digest).get(CREATED_LABEL, "")
-    except NotFound:  # deleted from the registry while its signature's tag stayed
-        return None
-    try:
-        when = datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=datetime.timezone.utc)
-
-
-def check_newest_for(repository: str, tag: str, digest: str, flags: list[str]) -> str:
-    """A moving tag promises the newest release: refuses DIGEST when a later-built image in the repository
-    carries a signature for TAG too. Signed images are found by cosign's `sha256-<hex>.sig` tags; only those
-    built later are verified, so a tag at its newest release costs no cosign call."""
-    registry = Registry(repository)
-    ours = built_at(registry, digest)
-    if ours is None:
-        raise ReleaseError(f"{repository}@{digest} has no readable build time (label {CREATED_LABEL}): it was "
-                           f"not built by `make build`; do not use it")
-    signed = {f"sha256:{name[len('sha256-'):-len('.sig')]}" for name in registry.tags()
-              if name.startswith("sha256-") and name.endswith(".sig")} - {digest}
-    for candidate in sorted(signed):
-        when = built_at(registry, candidate)
-        if when is None or when <= ours:
+def check_newest_for(repository: str, tag: str, digest: str, payloads: list[dict], flags: list[str]) -> str:
+    """A moving tag promises the newest release: refuses DIGEST when another image of the repository is
+    signed as a later release of TAG (release_order.py: a signed sequence, not a clock). Only the claims of
+    a later release are verified, highest first, so a tag at its newest release costs no cosign call; claims
+    that do not verify count for nothing, and after MAX_UNVERIFIED_CLAIMS of them the check stops, in one line."""
+    ours = sequence_for(payloads, tag)
+    unverified = 0
+    for candidate, _ in later_claims(Registry(repository), tag, ours, digest):
+        result = cosign_verify(f"{repository}@{candidate}", flags)
+        if result.returncode != 0:
+            unverified += 1
+            if unverified == MAX_UNVERIFIED_CLAIMS:
+                raise ReleaseError(f"{unverified} signature tags in {repository} claim a later release of {tag} than "
+                                   f"{digest[:19]} (release {ours}), and none verifies with this key: someone pushed "
+                                   f"them without it; delete those sha256-*.sig tags, or pin an immutable tag's digest")
             continue
-        result = run_cosign("verify", *flags, *transparency_log_flags(verifying=True), "--output", "json",
-                            f"{repository}@{candidate}")
-        if result.returncode == 0 and tag in signed_tags_of(json.loads(result.stdout)):
-            raise ReleaseError(f"{repository}:{tag} is {digest[:19]}, built {ours:%Y-%m-%d %H:%M}, but {candidate[:19]}, "
-                               f"built {when:%Y-%m-%d %H:%M}, is signed as {tag} too: the moving tag was moved back "
-                               f"to an older release (or an old digest was pinned under it); pin an immutable "
-                               f"tag's digest, or ask the publisher")
-    return f"newest: no image built later is signed as {tag} ({len(signed)} other signed images in {repository})"
+        theirs = sequence_for(json.loads(result.stdout), tag)
+        if theirs > ours:
+            raise ReleaseError(f"{repository}:{tag} is {digest[:19]}, signed as release {ours}, but {candidate[:19]} is "
+                               f"signed as release {theirs} of {tag}: the moving tag was moved back "
+                               f"to an older release (or an old digest was pinned under it); pin an immutable tag's "
+                               f"digest, or ask the publisher")
+    ignored = f"; {unverified} claim(s) of a later release that do not verify ignored" if unverified else ""
+    return f"newest: release {ours} of {tag}, no later release signed in {repository}{ignored}"
 
 
 def attested_predicate(by_digest: str, kind: str, predicate_type: str, flags: list[str]) -> dict:
@@ -164,10 +162,10 @@ def check_provenance(provenance: dict) -> str:
 
 def verify(image: str, public_key: str) -> None:
     flags = identity_flags(public_key.strip())
-    digest = verify_signature(image, flags)
+    digest, payloads = verify_signature(image, flags)
     repository, tag, _ = split_reference(image)
     if tag and is_moving(tag):
-        print(check_newest_for(repository, tag, digest, flags))
+        print(check_newest_for(repository, tag, digest, payloads, flags))
     by_digest = f"{repository}@{digest}"
     print(check_sbom(attested_predicate(by_digest, "cyclonedx", SBOM_TYPE, flags)))
     print(check_provenance(attested_predicate(by_digest, "slsaprovenance1", PROVENANCE_TYPE, flags)))
