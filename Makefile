@@ -84,13 +84,13 @@ PINNED_BASE_DIGEST = $(if $(RELEASE),$(or $(BASE_DIGEST),$(shell tools/release/b
 SOURCE_DIRTY = $$(git status --porcelain -- Dockerfile entrypoint.sh docker scripts 2>/dev/null | grep -q . && echo true || echo false)
 
 .PHONY: build
-build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debian + CPU torch); RELEASE=1 pins the base
+build: check-wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debian + CPU torch); RELEASE=1 pins the base
 	@tools/check_build_engine.sh
 	@if [[ -n "$(RELEASE)" && -z "$(PINNED_BASE_DIGEST)" ]]; then \
 	  echo "RELEASE=1 pins the base by digest, but $(BASE_REF) has none here: docker pull $(BASE_REF), or set BASE_DIGEST=sha256:..." >&2; exit 2; fi
 	@docker image inspect $(BASE_REF) >/dev/null 2>&1 || docker pull --quiet $(BASE_REF) >/dev/null 2>&1 || { \
 	  echo "the base $(BASE_REF) cannot be pulled: check the tag exists$(if $(filter gpu,$(FLAVOR)), (NGC_TAG=$(NGC_TAG); NGC's release notes list them) and docker login nvcr.io where your org needs it, or pass NGC_TAG=YY.MM-py3)" >&2; exit 2; }
-	docker build --file Dockerfile --tag $(IMAGE_REF) $(BUILD_ARGS) \
+	docker build --file Dockerfile --tag $(IMAGE_REF) $(BUILD_ARGS) $(WHEELHOUSE_CONTEXT) \
 	  --build-arg SOURCE_URL="$$(git config --get remote.origin.url || true)" \
 	  --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || true)" \
 	  --build-arg CREATED="$$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
@@ -101,25 +101,28 @@ build: .wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu: Debi
 	@$(MAKE) --no-print-directory sbom
 
 .PHONY: lock
-lock: .wheelhouse ## Pin docker/python/requirements.txt with hashes for FLAVOR, resolved inside its base image
-	docker build --file Dockerfile --target base-$(FLAVOR) --tag $(IMAGE):base-$(FLAVOR) $(BUILD_ARGS) .
+lock: check-wheelhouse ## Pin docker/python/requirements.txt with hashes for FLAVOR, resolved inside its base image
+	docker build --file Dockerfile --target base-$(FLAVOR) --tag $(IMAGE):base-$(FLAVOR) $(BUILD_ARGS) $(WHEELHOUSE_CONTEXT) .
 	docker run --rm --user 0 --entrypoint bash --env LOCK_OWNER=$$(id -u):$$(id -g) \
 	  --env PIP_INDEX_URL=$(PIP_INDEX_URL) --volume "$(CURDIR)/docker:/docker" \
 	  $(if $(CA_BUNDLE),--volume "$(abspath $(CA_BUNDLE)):/run/secrets/ca_bundle:ro") \
 	  $(IMAGE):base-$(FLAVOR) /docker/python/lock.sh $(FLAVOR)
 
 .PHONY: ngc-standin
-ngc-standin: .wheelhouse ## Build the NGC stand-in (tests/ngc_standin) and tag it as nvcr.io/nvidia/pytorch:$(NGC_TAG)
-	docker build --file tests/ngc_standin/Dockerfile --tag nvcr.io/nvidia/pytorch:$(NGC_TAG) \
+ngc-standin: check-wheelhouse ## Build the NGC stand-in (tests/ngc_standin) and tag it as nvcr.io/nvidia/pytorch:$(NGC_TAG)
+	docker build --file tests/ngc_standin/Dockerfile --tag nvcr.io/nvidia/pytorch:$(NGC_TAG) $(WHEELHOUSE_CONTEXT) \
 	  --build-arg TORCH_VERSION=$(TORCH_VERSION) \
 	  $(if $(CA_BUNDLE),--secret id=ca_bundle$(,)src=$(CA_BUNDLE)) \
 	  .
 	@echo "tagged the STAND-IN as nvcr.io/nvidia/pytorch:$(NGC_TAG); remove it (docker image rm) before pulling the real one"
 
-# The wheelhouse is synced into the build context (and kept out of git): BuildKit mounts it for pip.
-.PHONY: .wheelhouse
-.wheelhouse:
-	@tools/sync_wheelhouse.sh "$(WHEELHOUSE)"
+# Each build mounts WHEELHOUSE itself, as the Dockerfile's `wheelhouse` stage (a named build context):
+# nothing is copied into the checkout, where builds beside each other with other wheelhouses would change
+# each other's wheels.
+WHEELHOUSE_CONTEXT = $(if $(WHEELHOUSE),--build-context wheelhouse="$(abspath $(WHEELHOUSE))")
+.PHONY: check-wheelhouse
+check-wheelhouse:
+	@tools/check_wheelhouse.sh "$(WHEELHOUSE)"
 
 HUB_IMAGE ?= pytorch-dev-hub:latest
 
@@ -228,8 +231,8 @@ $(TEST_VENV): tests/requirements.txt
 
 # The unit tier imports the trainer, so the test venv gets the image's torch (CPU build): from the
 # wheelhouse when it holds it, else from the PyTorch CPU index, as the CPU flavor's build does.
-$(TEST_VENV)/.torch-$(TORCH_VERSION): $(TEST_VENV) | .wheelhouse
-	PATH="$(CURDIR)/$(TEST_VENV)/bin:$$PATH" WHEELHOUSE_DIR=.wheelhouse \
+$(TEST_VENV)/.torch-$(TORCH_VERSION): $(TEST_VENV) | check-wheelhouse
+	PATH="$(CURDIR)/$(TEST_VENV)/bin:$$PATH" WHEELHOUSE_DIR="$(WHEELHOUSE)" \
 	  docker/build/pip-install-torch.sh "torch==$(TORCH_VERSION)" https://download.pytorch.org/whl/cpu >/dev/null
 	@touch $@
 
