@@ -198,25 +198,34 @@ def publish(image: str, flavor: str, release: Release, directory: pathlib.Path) 
 def test_a_moving_tag_moved_back_to_an_older_signed_release_is_refused_whatever_the_build_clocks(
         release, image, flavor, tmp_path):
     """Two releases of one repository, published in turn: the first built on a runner whose clock ran far
-    ahead (dated 2099), the second on time. Every signature is genuine, and the order is the one they were
-    signed in: the moving tag at the second passes; moved back to the first it is refused in one line, by tag,
-    pinned under the tag, and in the pipeline, which resolves the tag and verifies what it resolved."""
+    ahead (dated 2099), the second on time, with a false claim of a huge release number pushed between them.
+    The order is the one they were signed in: the moving tag at the second passes, and signing the first
+    again is refused; moved back to the first, the tag is refused in one line, by tag, pinned under the tag,
+    and in the pipeline, which resolves the tag and verifies what it resolved."""
     name = f"{split_image_ref(image)[0]}-order"
     built = {}
     for when, created in (("first", "2099-01-01T00:00:00Z"), ("second", "")):
         built[when] = local_derived(image, f"{name}:{when}", when, created)
+    moving = f"{release.registry}/{name}:{flavor}-latest"
     try:
         first = publish(built["first"], flavor, release, tmp_path / "first")
+        # Someone who can push but not sign claims release 999...9: signing numbers from verified signatures.
+        push_junk(moving.rpartition(":")[0], b"{}", [claim(f"{flavor}-latest", "9" * 18)])
         second = publish(built["second"], flavor, release, tmp_path / "second")
-        moving = f"{release.registry}/{name}:{flavor}-latest"
         at_newest = verify(moving, release.public_key)
         assert at_newest.returncode == 0, at_newest.stderr
         assert f"newest: release 2 of {flavor}-latest" in at_newest.stdout, at_newest.stdout
+        assert "1 image(s) claiming a later release" in at_newest.stdout, at_newest.stdout
+        # `make sign` again for the first release (a retry) must not make it the newest.
+        again = release_make("sign", built["first"], flavor, f"COSIGN_KEY={release.key}",
+                             f"RELEASE_DIR={tmp_path / 'first'}")
+        line = one_error_line(again)
+        assert f"now names {second[:19]}" in line and "signed " not in again.stdout, line
         docker("tag", built["first"], moving)
         docker("push", moving, timeout=PUSH_TIMEOUT_S)  # moved back
         for named in (moving, f"{moving}@{first}"):
             line = one_error_line(verify(named, release.public_key))
-            assert "moved back" in line and "release 1" in line and second[:19] in line, line
+            assert "moved back" in line and "signed as release 1," in line and second[:19] in line, line
         pipeline = subprocess.run(["tools/pipeline/gate_and_submit.sh", moving], cwd=REPO_ROOT, capture_output=True,
                                   text=True, timeout=PUSH_TIMEOUT_S, check=False,
                                   env=dict(cosign_environment(), CKPT_DIR=str(tmp_path), COSIGN_PUB=str(release.public_key)))
@@ -238,10 +247,11 @@ def sign_as(release: Release, tag: str, sequence: int) -> None:
         docker("image", "rm", reference, check=False)
 
 
-def push_junk(release: Release, config: bytes, payloads: list[bytes]) -> str:
-    """What anyone who can push but not sign can write: an image whose config is CONFIG, and a cosign-shaped
-    signature tag for it whose payloads are PAYLOADS, none of them signed. Returns the image's digest."""
-    address, path = release.registry, release.repository.split("/", 1)[1]
+def push_junk(repository: str, config: bytes, payloads: list[bytes]) -> str:
+    """What anyone who can push but not sign can write into REPOSITORY (host:port/path): an image whose config
+    is CONFIG, and a cosign-shaped signature tag for it whose payloads are PAYLOADS, none of them signed.
+    Returns the image's digest."""
+    address, path = repository.split("/", 1)
     config_blob = dict(put_blob(address, path, config), mediaType="application/vnd.oci.image.config.v1+json")
     layer = dict(put_blob(address, path, config + b" layer"), mediaType="application/vnd.oci.image.layer.v1.tar")
     image = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": config_blob,
@@ -259,35 +269,67 @@ def claim(tag: str, sequence: str) -> bytes:
 
 
 def test_junk_under_signature_tags_never_breaks_the_moving_tag_check(release):
-    """Images whose config is not JSON, is a list, or has a build time that is not a string, under
-    signature-shaped tags whose payloads are not JSON, a list, or claims that are not numbers: all skipped,
-    none a traceback; the moving tag still verifies."""
+    """Signature-shaped tags whose payloads are not JSON, a list, or claims that are not numbers, on images
+    whose config is not JSON, is a list, or has a build time that is not a string (the configs a check that
+    read them ended on, in a traceback): all skipped, and the moving tag still verifies."""
     sign_as(release, "junk-latest", 1)
     created = "org.opencontainers.image.created"
     for config in (b"not json", b"[1, 2]", json.dumps({"config": {"Labels": {created: 2099}}}).encode()):
-        push_junk(release, config, [b"not json", b"[]", b'{"optional": []}', claim("junk-latest", "1e9"),
-                                    claim("junk-latest", "9" * 40), json.dumps({"optional": {TAG_ANNOTATION: 5}}).encode()])
+        push_junk(release.repository, config, [b"not json", b"[]", b'{"optional": []}', claim("junk-latest", "1e9"),
+                                               claim("junk-latest", "9" * 40),
+                                               json.dumps({"optional": {TAG_ANNOTATION: 5}}).encode()])
     result = verify(release.reference("junk-latest"), release.public_key)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert "newest: release 1 of junk-latest" in result.stdout, result.stdout
 
 
 def test_claims_of_a_later_release_that_do_not_verify_are_ignored_then_stop_the_check_in_one_line(release):
-    """Unsigned claims of a later release (on images built later, by their label) each cost one `cosign
-    verify`: a few are ignored and said so; from MAX_UNVERIFIED_CLAIMS on the check stops, in one line."""
+    """Unsigned claims of a later release, on images whose labels say they were built later, each cost one
+    `cosign verify`: a few are ignored and said so; at five the check stops, in one line."""
     sign_as(release, "flood-latest", 1)
+
     def built_later(index: int) -> bytes:
         labels = {"org.opencontainers.image.created": "2099-01-01T00:00:00Z", "test": str(index)}
         return json.dumps({"config": {"Labels": labels}}).encode()
     for index in range(2):
-        push_junk(release, built_later(index), [claim("flood-latest", "1000")])
+        push_junk(release.repository, built_later(index), [claim("flood-latest", "1000")])
     result = verify(release.reference("flood-latest"), release.public_key)
     assert result.returncode == 0, result.stderr
-    assert "2 claim(s) of a later release that do not verify ignored" in result.stdout, result.stdout
+    assert "2 image(s) claiming a later release in signatures that do not verify ignored" in result.stdout, \
+        result.stdout
     for index in range(2, 12):
-        push_junk(release, built_later(index), [claim("flood-latest", str(1000 + index))])
+        push_junk(release.repository, built_later(index), [claim("flood-latest", str(1000 + index))])
     line = one_error_line(verify(release.reference("flood-latest"), release.public_key))
-    assert "5 signature tags" in line and "none verifies" in line, line
+    assert "5 images" in line and "do not verify with this key" in line, line
+
+
+def test_false_claims_neither_hide_a_later_release_nor_ride_on_a_genuine_signature(release, image):
+    """Three unsigned claims of releases 50 to 52 rank above the genuine release 3, which is still found and
+    refuses the tag at release 2; an unsigned claim of release 9 added to the genuine signature tag of
+    release 1 costs its `cosign verify` like any false claim, and is counted as one."""
+    tag = "forged-latest"
+    sign_as(release, tag, 2)
+    older = derived(image, release.reference("forged-older"), "forged-older")
+    newer = derived(image, release.reference("forged-newer"), "forged-newer")
+    for by_digest, sequence in ((older, 1), (newer, 3)):
+        cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={tag}",
+               "-a", f"{SEQUENCE_ANNOTATION}={sequence}", by_digest)
+    for sequence in (50, 51, 52):
+        push_junk(release.repository, f'{{"forged": {sequence}}}'.encode(), [claim(tag, str(sequence))])
+    line = one_error_line(verify(release.reference(tag), release.public_key))
+    assert "moved back" in line and "release 3" in line and newer.rpartition("@")[2][:19] in line, line
+
+    cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={tag}",
+           "-a", f"{SEQUENCE_ANNOTATION}=4", f"{release.repository}@{release.digest}")  # the tag's image is newest
+    address, path = release.repository.split("/", 1)
+    signature_tag = f"{older.rpartition('@')[2].replace(':', '-')}.sig"
+    manifest = registry_api(address, f"/v2/{path}/manifests/{signature_tag}", MANIFEST_TYPES)
+    forged = dict(put_blob(address, path, claim(tag, "9")), mediaType=SIGNATURE_LAYER,
+                  annotations={"dev.cosignproject.cosign/signature": "MEUCIQDnotasignature"})
+    put_manifest(address, path, signature_tag, dict(manifest, layers=[*manifest["layers"], forged]))
+    result = verify(release.reference(tag), release.public_key)
+    assert result.returncode == 0, result.stderr
+    assert f"newest: release 4 of {tag}" in result.stdout and "4 image(s) claiming" in result.stdout, result.stdout
 
 
 def test_the_zstd_variant_keeps_the_base_layers_and_compresses_ours(release, image, labels):

@@ -6,6 +6,7 @@ other reads as unsigned. So the tools refuse any other major (a Debian build rep
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,6 +23,11 @@ COSIGN_TIMEOUT_S = 300
 # and the release's place in the order of the repository's releases (release_order.py).
 TAG_ANNOTATION = "dev.pytorch-dev.tag"
 SEQUENCE_ANNOTATION = "dev.pytorch-dev.sequence"
+GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
+# What `cosign verify` says of an image with no signature, and of one whose signatures do not verify with
+# the key or identity given; any other failure (a registry that does not answer) is neither.
+UNSIGNED = re.compile(r"no signatures found|manifest.unknown", re.IGNORECASE)
+NOT_THIS_KEY = re.compile(r"verification error|invalid signature|no matching signatures", re.IGNORECASE)
 
 
 def cosign_binary() -> str:
@@ -70,3 +76,46 @@ def failure_line(what: str, result: subprocess.CompletedProcess) -> str:
         return line
     return (f"{line}; the public Sigstore services cannot be reached from here: for a private registry or an "
             "offline machine, sign with a key pair and COSIGN_TLOG=0 (docs/releases.md)")
+
+
+def identity_flags(public_key: str) -> list[str]:
+    """The flags that verify a release's signatures: its public key, or for a keyless release the signing
+    workflow's identity (COSIGN_IDENTITY, a regular expression) and issuer."""
+    if public_key:
+        if not os.path.isfile(public_key):
+            raise ReleaseError(f"COSIGN_PUB={public_key} is not a file: give the release's public key (cosign.pub)")
+        return ["--key", public_key]
+    identity = os.environ.get("COSIGN_IDENTITY", "")
+    if not identity:
+        raise ReleaseError("give COSIGN_PUB=cosign.pub for a key-signed release, or COSIGN_IDENTITY=<workflow "
+                           "identity regexp> for a keyless one")
+    return ["--certificate-identity-regexp", identity,
+            "--certificate-oidc-issuer", os.environ.get("COSIGN_ISSUER", GITHUB_ISSUER)]
+
+
+def run_verify(image: str, flags: list[str]) -> subprocess.CompletedProcess:
+    """`cosign verify` of IMAGE with FLAGS; on success its output is the payloads it verified, as JSON."""
+    return run_cosign("verify", *flags, *transparency_log_flags(verifying=True), "--output", "json", image)
+
+
+def verified_payloads(result: subprocess.CompletedProcess, image: str) -> list[dict]:
+    """The payloads a successful `cosign verify` of IMAGE printed."""
+    try:
+        payloads = json.loads(result.stdout)
+    except ValueError:
+        payloads = None
+    if not isinstance(payloads, list) or not payloads or not all(isinstance(item, dict) for item in payloads):
+        raise ReleaseError(f"cosign verified {image} but printed no signature payloads: check `cosign version` "
+                           f"is {PINNED_MAJOR}.x")
+    return payloads
+
+
+def payloads_that_verify(image: str, flags: list[str]) -> list[dict] | None:
+    """The payloads of IMAGE's signatures that verify with FLAGS; None when it has no signature, or none that
+    verifies (made without the key). Any other failure of cosign is one line: it proves nothing either way."""
+    result = run_verify(image, flags)
+    if result.returncode == 0:
+        return verified_payloads(result, image)
+    if UNSIGNED.search(result.stderr + result.stdout) or NOT_THIS_KEY.search(result.stderr + result.stdout):
+        return None
+    raise ReleaseError(failure_line(f"verify {image}", result))

@@ -8,6 +8,7 @@ into a config without one, or use a registry that needs none).
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import pathlib
@@ -15,6 +16,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from email.message import Message
 from typing import BinaryIO
 
 from tags import ReleaseError
@@ -22,6 +24,11 @@ from tags import ReleaseError
 
 class NotFound(ReleaseError):
     """The registry does not hold what was asked for (HTTP 404)."""
+
+
+class Malformed(ReleaseError):
+    """What the registry holds is not what was asked for: a manifest or payload that is not a JSON object,
+    or too large. Anyone who can push writes these, so callers that read others' tags skip them."""
 
 MANIFEST_TYPES = ", ".join(["application/vnd.oci.image.manifest.v1+json",
                             "application/vnd.docker.distribution.manifest.v2+json"])
@@ -65,9 +72,13 @@ class Registry:
         credentials = _saved_credentials(self.host)
         if credentials:
             request.add_header("Authorization", f"Basic {credentials}")
-        with urllib.request.urlopen(request, timeout=60) as response:
-            answer = json.loads(response.read())
-        self.token = answer.get("token") or answer.get("access_token")
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                answer = json.loads(response.read())
+            self.token = answer.get("token") or answer.get("access_token")
+        except (OSError, http.client.HTTPException, ValueError, AttributeError) as error:
+            raise ReleaseError(f"{self.host} gave no token ({fields['realm']}: {error}): docker login {self.host} "
+                               f"and run this again") from None
 
     def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
                 body: bytes | BinaryIO | None = None, retry: bool = True):
@@ -86,39 +97,50 @@ class Registry:
         except OSError as error:
             raise ReleaseError(f"cannot reach the registry {self.host}: {error}") from None
 
-    def manifest(self, reference: str) -> tuple[dict, str]:
-        """The manifest REFERENCE (a tag or digest) names, and its digest. Anyone who can push writes these, so
-        one that is not a JSON object is refused like a missing one would be: in one line, never a traceback."""
-        with self.request("GET", f"/manifests/{reference}", headers={"Accept": MANIFEST_TYPES}) as response:
-            raw = response.read(MANIFEST_LIMIT + 1)
-        return self._json_object(raw, f"the manifest {reference}"), "sha256:" + hashlib.sha256(raw).hexdigest()
+    def read(self, url: str, limit: int, headers: dict[str, str] | None = None) -> tuple[bytes, Message]:
+        """GET URL: at most LIMIT + 1 bytes of the answer, and its headers; a connection that breaks while the
+        answer is read is one line too."""
+        try:
+            with self.request("GET", url, headers=headers) as response:
+                return response.read(limit + 1), response.headers
+        except (OSError, http.client.HTTPException) as error:
+            raise ReleaseError(f"the registry {self.host} broke off its answer to GET {url}: {error}") from None
 
-    def small_json_blob(self, digest: str, limit: int) -> dict:
-        """The blob DIGEST as a JSON object, read only when it is at most LIMIT bytes (a signature's payload)."""
-        if not DIGEST.fullmatch(digest):
-            raise ReleaseError(f"{digest!r} is not a sha256 digest")
-        with self.request("GET", f"/blobs/{digest}") as response:
-            return self._json_object(response.read(limit + 1), f"the blob {digest}", limit)
-
-    def _json_object(self, raw: bytes, what: str, limit: int = 0) -> dict:
-        limit = limit or MANIFEST_LIMIT
+    def json_object(self, url: str, limit: int, headers: dict[str, str] | None = None) -> tuple[dict, bytes, Message]:
+        """GET URL as a JSON object (with the raw answer and its headers); Malformed when it is not one or is
+        over LIMIT bytes, as anything someone pushed may be."""
+        raw, answer_headers = self.read(url, limit, headers)
         if len(raw) > limit:
-            raise ReleaseError(f"{self.host}: {what} is over {limit} bytes")
+            raise Malformed(f"{self.host}: {url} is over {limit} bytes")
         try:
             parsed = json.loads(raw)
         except ValueError:
             parsed = None
         if not isinstance(parsed, dict):
-            raise ReleaseError(f"{self.host}: {what} is not a JSON object")
-        return parsed
+            raise Malformed(f"{self.host}: {url} is not a JSON object")
+        return parsed, raw, answer_headers
+
+    def manifest(self, reference: str) -> tuple[dict, str]:
+        """The manifest REFERENCE (a tag or digest) names, and its digest."""
+        manifest, raw, _ = self.json_object(f"/manifests/{reference}", MANIFEST_LIMIT, {"Accept": MANIFEST_TYPES})
+        return manifest, "sha256:" + hashlib.sha256(raw).hexdigest()
+
+    def small_json_blob(self, digest: str, limit: int) -> dict:
+        """The blob DIGEST as a JSON object, read only when it is at most LIMIT bytes (a signature's payload)."""
+        if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+            raise Malformed(f"{digest!r} is not a sha256 digest")
+        return self.json_object(f"/blobs/{digest}", limit)[0]
 
     def tags(self) -> list[str]:
         """Every tag of the repository, page by page (the registry's Link header names the next one)."""
         found, url = [], "/tags/list?n=1000"
         while url:
-            with self.request("GET", url) as response:
-                found += json.loads(response.read()).get("tags") or []
-                next_page = re.match(r'<([^>]+)>;\s*rel="next"', response.headers.get("Link", ""))
+            page, _, headers = self.json_object(url, MANIFEST_LIMIT)
+            tags = page.get("tags") or []
+            if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+                raise Malformed(f"{self.host} listed the tags of {self.path} as something other than names")
+            found += tags
+            next_page = re.match(r'<([^>]+)>;\s*rel="next"', headers.get("Link", ""))
             url = urllib.parse.urljoin(self.base, next_page.group(1)) if next_page else ""
         return found
 

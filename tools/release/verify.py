@@ -19,20 +19,16 @@ from __future__ import annotations
 
 import base64
 import json
-import os
+import subprocess
 import sys
 
-from cosign_cli import TAG_ANNOTATION, last_error_line, run_cosign, transparency_log_flags
-from registry_api import Registry
-from release_order import later_claims, sequence_for
+from cosign_cli import (NOT_THIS_KEY, UNSIGNED, identity_flags, last_error_line, run_cosign, run_verify,
+                        transparency_log_flags, verified_payloads)
+from release_order import newest_signed, sequence_for, tag_and_sequence
 from tags import ReleaseError, is_moving, run_command
 
-GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 SBOM_TYPE = "https://cyclonedx.org/bom"
 PROVENANCE_TYPE = "https://slsa.dev/provenance/v1"
-# How many claims of a later release that do not verify the moving-tag check tries before it stops: each
-# costs one `cosign verify`, and anyone who can push can write claims.
-MAX_UNVERIFIED_CLAIMS = 5
 
 
 def split_reference(image: str) -> tuple[str, str, str]:
@@ -44,48 +40,30 @@ def split_reference(image: str) -> tuple[str, str, str]:
     return repository, tag, digest
 
 
-def identity_flags(public_key: str) -> list[str]:
-    if public_key:
-        if not os.path.isfile(public_key):
-            raise ReleaseError(f"COSIGN_PUB={public_key} is not a file: give the release's public key (cosign.pub)")
-        return ["--key", public_key]
-    identity = os.environ.get("COSIGN_IDENTITY", "")
-    if not identity:
-        raise ReleaseError("give COSIGN_PUB=cosign.pub for a key-signed release, or COSIGN_IDENTITY=<workflow "
-                           "identity regexp> for a keyless one")
-    return ["--certificate-identity-regexp", identity,
-            "--certificate-oidc-issuer", os.environ.get("COSIGN_ISSUER", GITHUB_ISSUER)]
-
-
-def signature_failure(image: str, detail: str) -> ReleaseError:
-    lowered = detail.lower()
-    if "no signatures found" in lowered or "manifest_unknown" in lowered or "manifest unknown" in lowered:
+def signature_failure(image: str, result: subprocess.CompletedProcess) -> ReleaseError:
+    detail = result.stderr + result.stdout
+    if UNSIGNED.search(detail):
         return ReleaseError(f"{image} is not signed: no signature exists for the image it points at "
                             f"(never signed with `make sign`, or its tag was moved to an unsigned image); do not use it")
-    if "verification error" in lowered or "invalid signature" in lowered or "no matching signatures" in lowered:
+    if NOT_THIS_KEY.search(detail):
         return ReleaseError(f"{image} is signed, but not with the key given: its signature does not verify "
                             f"against COSIGN_PUB; check you have this release's public key, else do not use it")
-    return ReleaseError(f"could not verify {image}: {detail}")
+    return ReleaseError(f"could not verify {image}: {last_error_line(result)}")
 
 
 def signed_tags_of(payloads: list[dict]) -> list[str]:
     """The tags the signatures cosign verified were made for (sign.py's annotation)."""
-    return sorted({(payload.get("optional") or {}).get(TAG_ANNOTATION, "") for payload in payloads} - {""})
-
-
-def cosign_verify(image: str, flags: list[str]):
-    """cosign's verdict on IMAGE's signatures; on success its output is the payloads it verified."""
-    return run_cosign("verify", *flags, *transparency_log_flags(verifying=True), "--output", "json", image)
+    return sorted({pair[0] for pair in map(tag_and_sequence, payloads) if pair})
 
 
 def verify_signature(image: str, flags: list[str]) -> tuple[str, list[dict]]:
     """Checks the signature; returns the digest it covers and the verified payloads. A named tag must be one
     the signature names."""
     _, tag, _ = split_reference(image)
-    result = cosign_verify(image, flags)
+    result = run_verify(image, flags)
     if result.returncode != 0:
-        raise signature_failure(image, last_error_line(result))
-    payloads = json.loads(result.stdout)
+        raise signature_failure(image, result)
+    payloads = verified_payloads(result, image)
     digest = payloads[0]["critical"]["image"]["docker-manifest-digest"]
     signed_tags = signed_tags_of(payloads)
     if tag and tag not in signed_tags:
@@ -97,27 +75,17 @@ def verify_signature(image: str, flags: list[str]) -> tuple[str, list[dict]]:
 
 def check_newest_for(repository: str, tag: str, digest: str, payloads: list[dict], flags: list[str]) -> str:
     """A moving tag promises the newest release: refuses DIGEST when another image of the repository is
-    signed as a later release of TAG (release_order.py: a signed sequence, not a clock). Only the claims of
-    a later release are verified, highest first, so a tag at its newest release costs no cosign call; claims
-    that do not verify count for nothing, and after MAX_UNVERIFIED_CLAIMS of them the check stops, in one line."""
+    signed as a later release of TAG (release_order.py: a signed sequence, not a clock). Only claims of a
+    later release are verified, so a tag at its newest release costs no cosign call."""
     ours = sequence_for(payloads, tag)
-    unverified = 0
-    for candidate, _ in later_claims(Registry(repository), tag, ours, digest):
-        result = cosign_verify(f"{repository}@{candidate}", flags)
-        if result.returncode != 0:
-            unverified += 1
-            if unverified == MAX_UNVERIFIED_CLAIMS:
-                raise ReleaseError(f"{unverified} signature tags in {repository} claim a later release of {tag} than "
-                                   f"{digest[:19]} (release {ours}), and none verifies with this key: someone pushed "
-                                   f"them without it; delete those sha256-*.sig tags, or pin an immutable tag's digest")
-            continue
-        theirs = sequence_for(json.loads(result.stdout), tag)
-        if theirs > ours:
-            raise ReleaseError(f"{repository}:{tag} is {digest[:19]}, signed as release {ours}, but {candidate[:19]} is "
-                               f"signed as release {theirs} of {tag}: the moving tag was moved back "
-                               f"to an older release (or an old digest was pinned under it); pin an immutable tag's "
-                               f"digest, or ask the publisher")
-    ignored = f"; {unverified} claim(s) of a later release that do not verify ignored" if unverified else ""
+    newest = newest_signed(repository, flags, tag, above=ours, besides=digest)
+    if newest.digest:
+        raise ReleaseError(f"{repository}:{tag} is {digest[:19]}, signed as release {ours}, but {newest.digest[:19]} "
+                           f"is signed as release {newest.sequence} of {tag}: the moving tag was moved back to an "
+                           f"older release (or an old digest was pinned under it); pin an immutable tag's digest, "
+                           f"or ask the publisher")
+    ignored = (f"; {newest.unverified} image(s) claiming a later release in signatures that do not verify ignored"
+               if newest.unverified else "")
     return f"newest: release {ours} of {tag}, no later release signed in {repository}{ignored}"
 
 
