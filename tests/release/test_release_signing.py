@@ -183,42 +183,53 @@ def test_a_tag_moved_to_another_signed_image_after_signing_is_refused_in_one_lin
     assert verify(release.reference(moving), release.public_key).returncode == 0
 
 
-def publish(image: str, flavor: str, release: Release, directory: pathlib.Path) -> str:
+def publish(image: str, flavor: str, release: Release, directory: pathlib.Path) -> tuple[str, subprocess.CompletedProcess]:
     """IMAGE released as a publisher does it: `make push`, `make sbom`, `make sign`; returns the digest of its
-    immutable tag. Its provenance is the module image's, renamed: `make sign` reads what `make build` wrote."""
+    immutable tag and what `make sign` answered. Its provenance is the module image's, renamed: `make sign`
+    reads what `make build` wrote."""
     immutable = make("tags", image, flavor).stdout.split()[0]
     directory.mkdir()
     shutil.copy(next(release.directory.glob("provenance-*.json")), directory / f"provenance-{immutable}.json")
-    for target, *variables in (("push", f"REGISTRY={release.registry}"), ("sbom",), ("sign", f"COSIGN_KEY={release.key}")):
-        result = release_make(target, image, flavor, *variables, f"RELEASE_DIR={directory}")
-        assert result.returncode == 0, f"make {target}: {result.stderr}"
-    return result.stdout.split()[1].rpartition("@")[2]
+    pushed = release_make("push", image, flavor, f"REGISTRY={release.registry}", f"RELEASE_DIR={directory}")
+    assert pushed.returncode == 0, pushed.stderr
+    sbom = release_make("sbom", image, flavor, f"RELEASE_DIR={directory}")
+    assert sbom.returncode == 0, sbom.stderr
+    return pushed.stdout.split()[0].rpartition("@")[2], sign_again(image, flavor, release, directory)
+
+
+def sign_again(image: str, flavor: str, release: Release, directory: pathlib.Path) -> subprocess.CompletedProcess:
+    return release_make("sign", image, flavor, f"COSIGN_KEY={release.key}", f"RELEASE_DIR={directory}")
 
 
 def test_a_moving_tag_moved_back_to_an_older_signed_release_is_refused_whatever_the_build_clocks(
         release, image, flavor, tmp_path):
     """Two releases of one repository, published in turn: the first built on a runner whose clock ran far
-    ahead (dated 2099), the second on time, with a false claim of a huge release number pushed between them.
-    The order is the one they were signed in: the moving tag at the second passes, and signing the first
-    again is refused; moved back to the first, the tag is refused in one line, by tag, pinned under the tag,
-    and in the pipeline, which resolves the tag and verifies what it resolved."""
+    ahead (dated 2099), the second on time. The order is the one they were signed in, whatever was claimed
+    between them without the key: the moving tag at the second passes, and signing the first again is
+    refused; moved back to the first, the tag is refused in one line, by tag, pinned under the tag, and in
+    the pipeline, which resolves the tag and verifies what it resolved."""
     name = f"{split_image_ref(image)[0]}-order"
     built = {}
     for when, created in (("first", "2099-01-01T00:00:00Z"), ("second", "")):
         built[when] = local_derived(image, f"{name}:{when}", when, created)
     moving = f"{release.registry}/{name}:{flavor}-latest"
     try:
-        first = publish(built["first"], flavor, release, tmp_path / "first")
-        # Someone who can push but not sign claims release 999...9: signing numbers from verified signatures.
-        push_junk(moving.rpartition(":")[0], b"{}", [claim(f"{flavor}-latest", "9" * 18)])
-        second = publish(built["second"], flavor, release, tmp_path / "second")
+        first, signed = publish(built["first"], flavor, release, tmp_path / "first")
+        assert signed.returncode == 0 and "as release 1\n" in signed.stdout, signed.stdout + signed.stderr
+        # Someone who can push but not sign claims the largest number there is: signing stops, naming it.
+        false_claim = push_junk(moving.rpartition(":")[0], b'{"false": "claim"}', [claim(f"{flavor}-latest", "9" * 30)])
+        second, signed = publish(built["second"], flavor, release, tmp_path / "second")
+        line = one_error_line(signed)
+        assert "the largest number there is" in line and f"{false_claim.replace(':', '-')}.sig" in line, line
+        # Cleaned up (here: its tag overwritten by a smaller false claim), numbers jump past it, in order.
+        push_junk(moving.rpartition(":")[0], b'{"false": "claim"}', [claim(f"{flavor}-latest", "9" * 18)])
+        signed = sign_again(built["second"], flavor, release, tmp_path / "second")
+        assert signed.returncode == 0 and f"as release 1{'0' * 18}\n" in signed.stdout, signed.stdout + signed.stderr
         at_newest = verify(moving, release.public_key)
         assert at_newest.returncode == 0, at_newest.stderr
-        assert f"newest: release 2 of {flavor}-latest" in at_newest.stdout, at_newest.stdout
-        assert "1 image(s) claiming a later release" in at_newest.stdout, at_newest.stdout
+        assert f"newest: release 1{'0' * 18} of {flavor}-latest" in at_newest.stdout, at_newest.stdout
         # `make sign` again for the first release (a retry) must not make it the newest.
-        again = release_make("sign", built["first"], flavor, f"COSIGN_KEY={release.key}",
-                             f"RELEASE_DIR={tmp_path / 'first'}")
+        again = sign_again(built["first"], flavor, release, tmp_path / "first")
         line = one_error_line(again)
         assert f"now names {second[:19]}" in line and "signed " not in again.stdout, line
         docker("tag", built["first"], moving)
@@ -269,14 +280,15 @@ def claim(tag: str, sequence: str) -> bytes:
 
 
 def test_junk_under_signature_tags_never_breaks_the_moving_tag_check(release):
-    """Signature-shaped tags whose payloads are not JSON, a list, or claims that are not numbers, on images
-    whose config is not JSON, is a list, or has a build time that is not a string (the configs a check that
-    read them ended on, in a traceback): all skipped, and the moving tag still verifies."""
+    """Signature-shaped tags whose payloads are not JSON, a list, nested past Python's recursion limit, or
+    claims that are not numbers, on images whose config is not JSON, is a list, or has a build time that is
+    not a string (the configs a check that read them ended on, in a traceback): all skipped, and the moving
+    tag still verifies."""
     sign_as(release, "junk-latest", 1)
     created = "org.opencontainers.image.created"
     for config in (b"not json", b"[1, 2]", json.dumps({"config": {"Labels": {created: 2099}}}).encode()):
-        push_junk(release.repository, config, [b"not json", b"[]", b'{"optional": []}', claim("junk-latest", "1e9"),
-                                               claim("junk-latest", "9" * 40),
+        push_junk(release.repository, config, [b"not json", b"[]", b"[" * 60000, b'{"optional": []}',
+                                               claim("junk-latest", "1e9"), claim("junk-latest", "9" * 40),
                                                json.dumps({"optional": {TAG_ANNOTATION: 5}}).encode()])
     result = verify(release.reference("junk-latest"), release.public_key)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
@@ -304,9 +316,10 @@ def test_claims_of_a_later_release_that_do_not_verify_are_ignored_then_stop_the_
 
 
 def test_false_claims_neither_hide_a_later_release_nor_ride_on_a_genuine_signature(release, image):
-    """Three unsigned claims of releases 50 to 52 rank above the genuine release 3, which is still found and
-    refuses the tag at release 2; an unsigned claim of release 9 added to the genuine signature tag of
-    release 1 costs its `cosign verify` like any false claim, and is counted as one."""
+    """Three unsigned claims of releases 50 to 52 rank above the genuine release 3, whose signature tag is also
+    padded past what is read of one: it is still found, and refuses the tag at release 2. An unsigned claim
+    of release 9 added to the genuine signature tag of release 1 costs its `cosign verify` like any false
+    claim, and is counted as one."""
     tag = "forged-latest"
     sign_as(release, tag, 2)
     older = derived(image, release.reference("forged-older"), "forged-older")
@@ -316,20 +329,30 @@ def test_false_claims_neither_hide_a_later_release_nor_ride_on_a_genuine_signatu
                "-a", f"{SEQUENCE_ANNOTATION}={sequence}", by_digest)
     for sequence in (50, 51, 52):
         push_junk(release.repository, f'{{"forged": {sequence}}}'.encode(), [claim(tag, str(sequence))])
+    address, path = release.repository.split("/", 1)
+    # The genuine claim of release 3 put behind 64 layers of padding, past what is read of a signature tag.
+    padding = dict(put_blob(address, path, b"padding"), mediaType=SIGNATURE_LAYER)
+    edit_signature_tag(release, newer, lambda layers: [padding] * 64 + layers)
     line = one_error_line(verify(release.reference(tag), release.public_key))
     assert "moved back" in line and "release 3" in line and newer.rpartition("@")[2][:19] in line, line
 
+    edit_signature_tag(release, newer, lambda layers: layers[64:])
     cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={tag}",
            "-a", f"{SEQUENCE_ANNOTATION}=4", f"{release.repository}@{release.digest}")  # the tag's image is newest
-    address, path = release.repository.split("/", 1)
-    signature_tag = f"{older.rpartition('@')[2].replace(':', '-')}.sig"
-    manifest = registry_api(address, f"/v2/{path}/manifests/{signature_tag}", MANIFEST_TYPES)
     forged = dict(put_blob(address, path, claim(tag, "9")), mediaType=SIGNATURE_LAYER,
                   annotations={"dev.cosignproject.cosign/signature": "MEUCIQDnotasignature"})
-    put_manifest(address, path, signature_tag, dict(manifest, layers=[*manifest["layers"], forged]))
+    edit_signature_tag(release, older, lambda layers: [*layers, forged])
     result = verify(release.reference(tag), release.public_key)
     assert result.returncode == 0, result.stderr
     assert f"newest: release 4 of {tag}" in result.stdout and "4 image(s) claiming" in result.stdout, result.stdout
+
+
+def edit_signature_tag(release: Release, by_digest: str, edit) -> None:
+    """What a pusher without the key can do to a genuine signature tag: rewrite its layers with EDIT."""
+    address, path = release.repository.split("/", 1)
+    signature_tag = f"{by_digest.rpartition('@')[2].replace(':', '-')}.sig"
+    manifest = registry_api(address, f"/v2/{path}/manifests/{signature_tag}", MANIFEST_TYPES)
+    put_manifest(address, path, signature_tag, dict(manifest, layers=edit(manifest["layers"])))
 
 
 def test_the_zstd_variant_keeps_the_base_layers_and_compresses_ours(release, image, labels):

@@ -24,9 +24,8 @@ def test_a_payload_gives_its_tag_and_number_and_one_signed_before_numbers_is_rel
     assert tag_and_sequence({"optional": {TAG: "cpu-latest"}}) == ("cpu-latest", 0)
 
 
-def test_the_highest_number_is_taken_per_tag_or_over_all_tags():
+def test_the_highest_number_of_the_tag_is_taken():
     payloads = [{"optional": {TAG: "cpu-latest", SEQUENCE: "3"}}, {"optional": {TAG: "cpu-x", SEQUENCE: "8"}},
                 {"optional": {TAG: "cpu-latest", SEQUENCE: "5"}}, {"junk": True}]
     assert sequence_for(payloads, "cpu-latest") == 5
-    assert sequence_for(payloads, None) == 8
     assert sequence_for(payloads, "latest") == 0

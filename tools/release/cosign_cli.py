@@ -28,6 +28,10 @@ GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 # the key or identity given; any other failure (a registry that does not answer) is neither.
 UNSIGNED = re.compile(r"no signatures found|manifest.unknown", re.IGNORECASE)
 NOT_THIS_KEY = re.compile(r"verification error|invalid signature|no matching signatures", re.IGNORECASE)
+# What shows cosign could not ask (the registry or the transparency log did not answer): that proves nothing
+# about a signature, even where cosign reports it under "no matching signatures".
+UNANSWERED = re.compile(r"dial tcp|connection (refused|reset)|i/o timeout|no such host|tls handshake|"
+                        r"status code 5\d\d|giving up after", re.IGNORECASE)
 
 
 def cosign_binary() -> str:
@@ -116,6 +120,7 @@ def payloads_that_verify(image: str, flags: list[str]) -> list[dict] | None:
     result = run_verify(image, flags)
     if result.returncode == 0:
         return verified_payloads(result, image)
-    if UNSIGNED.search(result.stderr + result.stdout) or NOT_THIS_KEY.search(result.stderr + result.stdout):
+    detail = result.stderr + result.stdout
+    if (UNSIGNED.search(detail) or NOT_THIS_KEY.search(detail)) and not UNANSWERED.search(detail):
         return None
     raise ReleaseError(failure_line(f"verify {image}", result))

@@ -67,6 +67,9 @@ class Registry:
         fields = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
         if not challenge.lower().startswith("bearer") or "realm" not in fields:
             raise ReleaseError(f"{self.host} asks for authentication this tool cannot give: docker login {self.host}")
+        if not fields["realm"].startswith(("https://", "http://")):
+            raise ReleaseError(f"{self.host} names no web address to get a token from ({fields['realm']!r}): "
+                               f"check REGISTRY names the registry")
         query = urllib.parse.urlencode({key: fields[key] for key in ("service", "scope") if key in fields})
         request = urllib.request.Request(f"{fields['realm']}?{query}")
         credentials = _saved_credentials(self.host)
@@ -76,7 +79,7 @@ class Registry:
             with urllib.request.urlopen(request, timeout=60) as response:
                 answer = json.loads(response.read())
             self.token = answer.get("token") or answer.get("access_token")
-        except (OSError, http.client.HTTPException, ValueError, AttributeError) as error:
+        except (OSError, http.client.HTTPException, ValueError, RecursionError, AttributeError) as error:
             raise ReleaseError(f"{self.host} gave no token ({fields['realm']}: {error}): docker login {self.host} "
                                f"and run this again") from None
 
@@ -94,7 +97,7 @@ class Registry:
                 return self.request(method, url, headers=headers, body=body, retry=False)
             kind = NotFound if error.code == 404 else ReleaseError
             raise kind(f"{self.host} answered {method} {url}: HTTP {error.code} {error.read()[:200]!r}") from None
-        except OSError as error:
+        except (OSError, http.client.HTTPException) as error:
             raise ReleaseError(f"cannot reach the registry {self.host}: {error}") from None
 
     def read(self, url: str, limit: int, headers: dict[str, str] | None = None) -> tuple[bytes, Message]:
@@ -114,7 +117,7 @@ class Registry:
             raise Malformed(f"{self.host}: {url} is over {limit} bytes")
         try:
             parsed = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a payload of 60000 "["
             parsed = None
         if not isinstance(parsed, dict):
             raise Malformed(f"{self.host}: {url} is not a JSON object")

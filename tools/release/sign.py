@@ -6,29 +6,24 @@
 `make push` records what it pushed in RELEASE_DIR/pushed-<immutable tag>.txt (one reference@digest a
 line; `make zstd` adds the -zstd variants). For each line this signs the digest, never the tag, with
 annotations naming the tag (so `make verify` refuses a tag moved to another signed image) and the
-release's number, one more than the highest the key's own signatures give any image of the repository
-(so `make verify` can tell a moving tag moved back: release_order.py), then attests the image with the
+release's number, one more than the highest any signature in the repository claims (so `make verify` can
+tell a moving tag moved back: release_order.py), then attests the image with the
 CycloneDX SBOM (`make sbom`) and the provenance predicate (`make build` wrote it). A moving tag is signed
 only for the image it names now: signing an older build as the newest is refused.
 
 COSIGN_KEY is a cosign key file (its password in COSIGN_PASSWORD). Empty COSIGN_KEY signs keyless,
-which needs an OIDC identity token (GitHub Actions with `permissions: id-token: write` has one) and
-COSIGN_IDENTITY, the regular expression `make verify` takes, to count the releases signed before.
+which needs an OIDC identity token: GitHub Actions with `permissions: id-token: write` has one.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
 import sys
-import tempfile
-from collections.abc import Iterator
 
-from cosign_cli import (SEQUENCE_ANNOTATION, TAG_ANNOTATION, failure_line, identity_flags, run_cosign,
-                        transparency_log_flags)
+from cosign_cli import SEQUENCE_ANNOTATION, TAG_ANNOTATION, failure_line, run_cosign, transparency_log_flags
 from provenance import provenance_file_name
-from registry_api import Registry
-from release_order import newest_signed
+from registry_api import NotFound, Registry
+from release_order import next_sequence
 from sbom import image_id_of, read_sbom_of, sbom_file_name
 from tags import ReleaseError, compute_tags, is_moving, read_labels, run_command
 
@@ -96,32 +91,16 @@ def check_moving_tags_name_this_build(pushed: list[tuple[str, str]]) -> None:
     would make it the newest, and `make verify` of the real newest would then fail as moved back."""
     for reference, digest in pushed:
         repository, _, tag = reference.rpartition(":")
-        if is_moving(tag):
+        if not is_moving(tag):
+            continue
+        try:
             current = Registry(repository).manifest(tag)[1]
-            if current != digest:
-                raise ReleaseError(f"{reference} now names {current[:19]}, not {digest[:19]}, which this build "
-                                   f"pushed: signing would make this older build the newest {tag}; sign the newest "
-                                   f"build, or `make push` this one again first to make it the newest")
-
-
-@contextlib.contextmanager
-def own_identity(key: str) -> Iterator[list[str]]:
-    """The flags that verify what KEY signs: its public half, or for keyless signing the workflow's identity
-    (COSIGN_IDENTITY, as `make verify` takes it). The release's number is counted from those signatures only."""
-    if not key:
-        if not os.environ.get("COSIGN_IDENTITY"):
-            raise ReleaseError("keyless signing needs COSIGN_IDENTITY, the regular expression of the signing "
-                               "workflow's identity that `make verify` takes, to number this release after those "
-                               "it signed before (.github/workflows/image.yml sets it)")
-        yield identity_flags("")
-        return
-    result = run_cosign("public-key", "--key", key)
-    if result.returncode != 0:
-        raise ReleaseError(failure_line(f"read the public key of {key}", result))
-    with tempfile.TemporaryDirectory() as folder:
-        public_key = pathlib.Path(folder) / "cosign.pub"
-        public_key.write_text(result.stdout)
-        yield ["--key", str(public_key)]
+        except NotFound:
+            current = "nothing"
+        if current != digest:
+            raise ReleaseError(f"{reference} now names {current[:19]}, not {digest[:19]}, which this build pushed: "
+                               f"signing would make this build the newest {tag}; sign the newest build instead (to "
+                               f"publish this one as the newest on purpose, `make push` it again, then sign)")
 
 
 def _cosign_or_fail(what: str, *args: str) -> None:
@@ -140,9 +119,8 @@ def sign(image: str, release_dir: str, key: str) -> list[str]:
     check_pushed_are_this_image(image, pushed)  # and digests pushed from another build of it
     check_moving_tags_name_this_build(pushed)
     # One number for the whole release, in each repository it went to: what orders it among the others.
-    with own_identity(key.strip()) as identity:
-        sequences = {repository: newest_signed(repository, identity, tag=None, above=0).sequence + 1
-                     for repository in dict.fromkeys(reference.rpartition(":")[0] for reference, _ in pushed)}
+    sequences = {repository: next_sequence(Registry(repository))
+                 for repository in dict.fromkeys(reference.rpartition(":")[0] for reference, _ in pushed)}
     signed = []
     for reference, digest in pushed:
         repository, _, tag = reference.rpartition(":")
