@@ -49,10 +49,10 @@ def upload(address: str, content: bytes) -> str:
     return digest
 
 
-def push_image(address: str, tag: str, torch: str) -> str:
+def push_image(address: str, tag: str, torch: str, architecture: str = "amd64") -> str:
     """A one-layer image whose config sets PYTORCH_VERSION, as NGC's do; returns its manifest digest."""
     layer = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00"  # empty gzip
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": [f"PYTORCH_VERSION={torch}"]},
+    config = json.dumps({"architecture": architecture, "os": "linux", "config": {"Env": [f"PYTORCH_VERSION={torch}"]},
                          "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(b"").hexdigest()]}}).encode()
     manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
                            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
@@ -103,3 +103,34 @@ def test_on_the_newest_release_the_proposal_changes_nothing(ngc_registry, tmp_pa
     result = propose(dockerfile, address)
     assert result.returncode == 0 and "nothing to propose" in result.stdout, result.stdout + result.stderr
     assert dockerfile.read_text() == newest and not (tmp_path / "pr.md").exists()
+
+
+@pytest.mark.parametrize("index_type", ["application/vnd.oci.image.index.v1+json",
+                                        "application/vnd.docker.distribution.manifest.list.v2+json"])
+def test_a_multi_platform_release_is_pinned_by_its_index_with_its_amd64_torch(index_type, tmp_path):
+    """NGC publishes each release for amd64 and arm64: one index. The proposal pins the index's digest (a
+    `FROM ...@digest` that builds on both) and reads torch from the amd64 image, here listed second."""
+    (tmp_path / "registry").mkdir()
+    with local_registry(tmp_path / "registry") as address:
+        push_image(address, OLDEST_LISTED, TORCH_BY_TAG[OLDEST_LISTED])
+        platforms = []
+        for architecture, torch in (("arm64", "2.12.0a0+arm64build"), ("amd64", "2.12.0a0+amd64build")):
+            digest = push_image(address, f"26.06-py3-{architecture}", torch, architecture)
+            with urllib.request.urlopen(urllib.request.Request(
+                    f"http://{address}/v2/{REPOSITORY}/manifests/{digest}",
+                    headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}), timeout=HTTP_TIMEOUT_S) as answer:
+                size = len(answer.read())
+            platforms.append({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest, "size": size,
+                              "platform": {"architecture": architecture, "os": "linux"}})
+        index = json.dumps({"schemaVersion": 2, "mediaType": index_type, "manifests": platforms}).encode()
+        urllib.request.urlopen(urllib.request.Request(f"http://{address}/v2/{REPOSITORY}/manifests/26.06-py3", data=index,
+                                                      method="PUT", headers={"Content-Type": index_type}),
+                               timeout=HTTP_TIMEOUT_S).close()
+        dockerfile = tmp_path / "Dockerfile"
+        dockerfile.write_text(dockerfile_at(OLDEST_LISTED))
+        result = propose(dockerfile, address)
+    assert result.returncode == 0, result.stderr
+    assert "ARG NGC_TAG=26.06-py3\n" in dockerfile.read_text()
+    assert "ARG NGC_TORCH_VERSION=2.12.0a0+amd64build\n" in dockerfile.read_text()
+    index_digest = "sha256:" + hashlib.sha256(index).hexdigest()
+    assert index_digest in (tmp_path / "pr.md").read_text(), (tmp_path / "pr.md").read_text()

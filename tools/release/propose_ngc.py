@@ -12,18 +12,16 @@ nothing and says so.
 """
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import re
 import sys
 
-from registry_api import Registry
+from registry_api import INDEX_TYPES, MANIFEST_LIMIT, MANIFEST_TYPES, Registry
 from tags import ReleaseError, run_command
 
 RELEASE_TAG = re.compile(r"(\d{2})\.(\d{2})-py3")
 PLATFORM = {"architecture": "amd64", "os": "linux"}
-INDEX_TYPES = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json"
 
 
 def newest_release(tags: list[str]) -> str:
@@ -33,29 +31,18 @@ def newest_release(tags: list[str]) -> str:
     return max(releases, key=lambda tag: tuple(int(part) for part in RELEASE_TAG.fullmatch(tag).groups()))
 
 
-def list_tags(registry: Registry) -> list[str]:
-    tags, url = [], "/tags/list?n=1000"
-    while url:
-        with registry.request("GET", url) as response:
-            tags += json.loads(response.read()).get("tags") or []
-            link = response.headers.get("Link", "")
-        match = re.search(r"<([^>]+)>", link)
-        url = match.group(1).replace(f"/v2/{registry.path}", "", 1) if match else ""
-    return tags
-
-
 def resolve(registry: Registry, tag: str) -> tuple[str, str]:
-    """(digest of the tag, torch version) of its linux/amd64 image."""
-    manifest, digest = registry.manifest(tag)
+    """(digest of the tag, torch version of its linux/amd64 image). NGC's tags are multi-platform indexes
+    (amd64 and arm64): the digest is the index's, which a `FROM ...@digest` pins on both platforms."""
+    manifest, digest = registry.manifest(tag, accept=f"{INDEX_TYPES}, {MANIFEST_TYPES}")
     if "manifests" in manifest:  # an index: take the linux/amd64 image
-        chosen = next((entry for entry in manifest["manifests"]
-                       if {key: entry.get("platform", {}).get(key) for key in PLATFORM} == PLATFORM), None)
+        chosen = next((entry for entry in manifest["manifests"] if isinstance(entry, dict)
+                       and {key: (entry.get("platform") or {}).get(key) for key in PLATFORM} == PLATFORM), None)
         if not chosen:
             raise ReleaseError(f"{tag} has no linux/amd64 image")
         manifest, _ = registry.manifest(chosen["digest"])
-    with registry.request("GET", f"/blobs/{manifest['config']['digest']}") as response:
-        config = json.loads(response.read())
-    environment = dict(item.split("=", 1) for item in (config.get("config") or {}).get("Env") or [])
+    config = registry.json_object(f"/blobs/{(manifest.get('config') or {}).get('digest')}", MANIFEST_LIMIT)[0]
+    environment = dict(item.split("=", 1) for item in (config.get("config") or {}).get("Env") or [] if "=" in item)
     return digest, environment.get("PYTORCH_VERSION", "unknown")
 
 
@@ -72,7 +59,7 @@ def propose(dockerfile: str, proposal_file: str) -> None:
     current = re.search(r"^ARG NGC_TAG=(.*)$", text, re.M).group(1)
     repository = f"{os.environ.get('NGC_REGISTRY') or 'nvcr.io'}/{os.environ.get('NGC_REPOSITORY') or 'nvidia/pytorch'}"
     registry = Registry(repository)
-    newest = newest_release(list_tags(registry))
+    newest = newest_release(registry.tags())
     if RELEASE_TAG.fullmatch(current) and newest_release([current, newest]) == current:
         print(f"NGC_TAG={current} is the newest release of {repository}: nothing to propose")
         return

@@ -32,6 +32,8 @@ class Malformed(ReleaseError):
 
 MANIFEST_TYPES = ", ".join(["application/vnd.oci.image.manifest.v1+json",
                             "application/vnd.docker.distribution.manifest.v2+json"])
+INDEX_TYPES = ", ".join(["application/vnd.oci.image.index.v1+json",
+                         "application/vnd.docker.distribution.manifest.list.v2+json"])
 TIMEOUT_S = 600
 CHUNK = 1 << 20
 MANIFEST_LIMIT = 4 << 20  # what registries accept for a manifest (distribution's default limit)
@@ -123,9 +125,11 @@ class Registry:
             raise Malformed(f"{self.host}: {url} is not a JSON object")
         return parsed, raw, answer_headers
 
-    def manifest(self, reference: str) -> tuple[dict, str]:
-        """The manifest REFERENCE (a tag or digest) names, and its digest."""
-        manifest, raw, _ = self.json_object(f"/manifests/{reference}", MANIFEST_LIMIT, {"Accept": MANIFEST_TYPES})
+    def manifest(self, reference: str, accept: str = MANIFEST_TYPES) -> tuple[dict, str]:
+        """The manifest REFERENCE (a tag or digest) names, and its digest. ACCEPT is what may come back: image
+        manifests by default; add INDEX_TYPES for a multi-platform tag, which otherwise answers 404 (an OCI
+        index) or, from some registries, its linux/amd64 image under the image's digest (a Docker list)."""
+        manifest, raw, _ = self.json_object(f"/manifests/{reference}", MANIFEST_LIMIT, {"Accept": accept})
         return manifest, "sha256:" + hashlib.sha256(raw).hexdigest()
 
     def small_json_blob(self, digest: str, limit: int) -> dict:
