@@ -153,7 +153,14 @@ class Registry:
 
     def download_blob(self, digest: str, into: BinaryIO) -> None:
         with self.request("GET", f"/blobs/{digest}") as response:
-            while chunk := response.read(CHUNK):
+            while True:
+                try:
+                    chunk = response.read(CHUNK)
+                except (OSError, http.client.HTTPException) as error:  # a connection that broke off mid-blob
+                    raise ReleaseError(f"the registry {self.host} broke off sending {digest[:19]}: {error}; run "
+                                       f"this again") from None
+                if not chunk:
+                    return
                 into.write(chunk)
 
     def has_blob(self, digest: str) -> bool:
