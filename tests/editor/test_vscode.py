@@ -27,7 +27,7 @@ import requests
 from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, SETTLES_S, STARTS_S
 from tests.support.browser import chromium, screenshot
 from tests.support.containers import Container, docker, running_container
-from tests.support.hub import ADMIN, add_user, log_in, open_jupyterlab, running_hub
+from tests.support.hub import ADMIN, add_user, log_in, logged_in, open_jupyterlab, running_hub, try_log_in
 from tests.support.release import build_variables, make, split_image_ref
 from tests.support.reverse_proxy import PREFIX, nginx_in_front_of
 from tests.support.stopping import docker_stop_saves, endless_run_command
@@ -166,6 +166,9 @@ def walk_to_a_checkpoint(page, lab_url: str, container: Container, name: str) ->
         flags = f"{SHORT_RUN} --ckpt-dir /workspace/{name}-ckpt --metrics-file /workspace/{name}.jsonl"
         run_in_a_new_terminal(vscode, container,
                               f"cd /workspace && {trainer_command(flags, timeout_s=STARTS_S)} > {name}.log 2>&1")
+        # The shell creates the log at once: without it the typed command went elsewhere (see NAME.png).
+        wait_until(lambda: container.run(f"test -e /workspace/{name}.log").rc == 0, SETTLES_S,
+                   failure=f"the command typed into VS Code's terminal never ran: see {name}.png")
         wait_until(lambda: container.run(f"ls /workspace/{name}-ckpt/*.pt").rc == 0, STARTS_S,
                    failure=lambda: container.run(f"cat /workspace/{name}.log").stdout + container.logs()[-2000:])
     finally:
@@ -256,7 +259,9 @@ def test_the_walk_passes_for_a_hub_user_and_another_user_is_refused(variant, tmp
         admin = log_in(hub, ADMIN)
         for user in ("alice", "bob"):
             add_user(hub, user, admin)
-        bob = log_in(hub, "bob")
+        # bob needs only his hub login to be refused: no server of his starts beside alice's on a loaded machine.
+        bob, answer = try_log_in(hub, "bob", hub.passwords["bob"], "/hub/home")
+        assert logged_in(answer), (answer.status_code, answer.url)
         open_jupyterlab(hub, "alice", log_in(hub, "alice"))  # her server spawned and answering
         session = chromium()
         context = next(session).new_context(viewport=VIEWPORT)
@@ -267,7 +272,9 @@ def test_the_walk_passes_for_a_hub_user_and_another_user_is_refused(variant, tmp
             page.fill("input[name=password]", hub.passwords["alice"])
             with page.expect_navigation(timeout=BROWSER_WAIT_MS):
                 page.press("input[name=password]", "Enter")
-            walk_to_a_checkpoint(page, hub.url + "user/alice/lab", Container(hub.container_of("alice")),
+            # ?reset: the login's landing page may have saved an open notebook to her layout before the walk
+            # reloads /lab, which would then show the notebook, not the launcher.
+            walk_to_a_checkpoint(page, hub.url + "user/alice/lab?reset", Container(hub.container_of("alice")),
                                  "vscode-hub")
         finally:
             screenshot(page, "vscode-hub-lab.png")
