@@ -7,6 +7,7 @@ holder's, its stdin where it is a top of the work).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -90,3 +91,29 @@ def test_a_process_that_holds_a_terminal_with_a_session_in_it_is_seen_by_what_it
         assert not table[os.getpid()].holds_terminal
     finally:
         ended(host)
+
+
+# Handles SIGTERM by saying so and exiting 0, ignores SIGHUP (as `nohup` leaves a job), then waits.
+SAVES_ON_SIGTERM = ("import signal, sys\n"
+                    "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+                    "signal.signal(signal.SIGTERM, lambda *_: (print('saved', flush=True), sys.exit(0)))\n"
+                    "print('ready', flush=True)\n"
+                    "signal.pause()\n")
+
+
+def test_what_a_process_handles_and_ignores_is_read_from_its_masks():
+    worker, plain = started(sys.executable, "-c", SAVES_ON_SIGTERM), started(sys.executable, "-c", RENAMED, "plain")
+    try:
+        assert process_table.handles(worker.pid, signal.SIGTERM) and process_table.ignores(worker.pid, signal.SIGHUP)
+        assert not process_table.handles(plain.pid, signal.SIGTERM) and not process_table.ignores(plain.pid, signal.SIGHUP)
+    finally:
+        ended(worker, plain)
+    assert not process_table.handles(worker.pid, signal.SIGTERM), "a process gone handles nothing"
+
+
+def test_a_sigterm_reaches_a_job_stopped_with_ctrl_z_and_a_gone_pid_is_no_failure():
+    worker = started(sys.executable, "-c", SAVES_ON_SIGTERM)
+    os.kill(worker.pid, signal.SIGSTOP)
+    assert process_table.signal_each(signal.SIGTERM, [worker.pid]) == []
+    assert worker.wait(timeout=30) == 0 and worker.stdout.readline() == "saved\n"
+    assert process_table.signal_each(signal.SIGTERM, [worker.pid]) == [], "reaped: gone, not a failure"

@@ -51,24 +51,6 @@ def stop_timeout_s() -> int:
         return DEFAULT_STOP_TIMEOUT_S
 
 
-def caught_and_ignored(pid: int) -> tuple[int, int]:
-    """PID's masks of the signals it handles and ignores (/proc/PID/status); none for a process gone."""
-    masks = {"SigCgt": 0, "SigIgn": 0}
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
-            for line in status:
-                name, _, value = line.partition(":")
-                if name in masks:
-                    masks[name] = int(value.strip(), 16)
-    except (OSError, ValueError):
-        pass
-    return masks["SigCgt"], masks["SigIgn"]
-
-
-def has(mask: int, number: int) -> bool:
-    return bool(mask >> (number - 1) & 1)
-
-
 def first_signals_below(root: int) -> tuple[stop_policy.Table, tuple[int, ...]]:
     """The process table below ROOT, and what the container's stop would signal first of the user's work
     there (stop_policy.py)."""
@@ -85,7 +67,7 @@ def terminal_work(shell: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     terminal closed before it exited. A `nohup` or `setsid` job outlives the terminal, as it always did."""
     def reached(job: int) -> bool:
         stat = process_table.read_stat(str(job))
-        return stat is not None and stat[4] == shell and not has(caught_and_ignored(job)[1], signal.SIGHUP)
+        return stat is not None and stat[4] == shell and not process_table.ignores(job, signal.SIGHUP)
     table, first = first_signals_below(shell)
     jobs = {pid for pid, process in table.items() if process.parent == shell and reached(pid)}
     signalled = tuple(pid for pid in first
@@ -102,19 +84,10 @@ def kernel_work(server: int, kernel: int) -> tuple[tuple[int, ...], tuple[int, .
 
     def ours(pid: int) -> bool:
         if pid == kernel:
-            return has(caught_and_ignored(pid)[0], signal.SIGTERM)
+            return process_table.handles(pid, signal.SIGTERM)
         return stop_policy.descends_from(table, pid, kernel)
     signalled = tuple(pid for pid in first if ours(pid))
     return signalled, signalled
-
-
-def terminate(pids: tuple[int, ...]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-            os.kill(pid, signal.SIGCONT)  # a job stopped with Ctrl-Z acts on its SIGTERM once it runs
-        except OSError:
-            pass  # gone already, or not ours
 
 
 async def wait_until(done, seconds: float) -> bool:
@@ -147,7 +120,7 @@ class WorkFirst:
             return
         if not pids:
             return
-        terminate(pids)
+        process_table.signal_each(signal.SIGTERM, pids)
         self.log.info(f"{what}: SIGTERM to the work running in it first ({' '.join(map(str, pids))}); "
                       f"closing it once that has ended, or in {stop_timeout_s()} s")
         done = ended or (lambda: not any(process_table.is_alive(pid) for pid in (*pids, *awaited)))

@@ -1,4 +1,5 @@
-"""The container's process table, read from /proc for stop_policy.py: what the stop decides over.
+"""The container's process table, read from /proc for stop_policy.py (what the stop decides over), and
+the signals sent to its processes.
 
 Only what the policy needs is read, since a stop may find thousands of processes: the executable of a
 process whose name is a session holder's (so a trainer renamed `bash` is told from a real bash), the
@@ -8,6 +9,7 @@ reads a pipe, the outputs of the rest.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -77,6 +79,46 @@ def is_alive(pid: int) -> bool:
     """Running, or stopped: not exited (a zombie has, and waits only for its parent to reap it)."""
     stat = read_stat(str(pid))
     return stat is not None and stat[2] != "Z"
+
+
+def signal_masks(pid: int) -> tuple[int, int]:
+    """PID's masks of the signals it handles and of those it ignores (/proc/PID/status); none for one gone."""
+    masks = {"SigCgt": 0, "SigIgn": 0}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                name, _, value = line.partition(":")
+                if name in masks:
+                    masks[name] = int(value.strip(), 16)
+    except (OSError, ValueError):
+        pass
+    return masks["SigCgt"], masks["SigIgn"]
+
+
+def handles(pid: int, number: signal.Signals) -> bool:
+    """Whether PID has a handler of its own for signal NUMBER (a trainer's for SIGTERM)."""
+    return bool(signal_masks(pid)[0] >> (number - 1) & 1)
+
+
+def ignores(pid: int, number: signal.Signals) -> bool:
+    """Whether PID ignores signal NUMBER (what `nohup` does for SIGHUP)."""
+    return bool(signal_masks(pid)[1] >> (number - 1) & 1)
+
+
+def signal_each(number: signal.Signals, pids: list[int] | tuple[int, ...]) -> list[int]:
+    """Signals each of PIDS; returns those that still exist but could not be signalled. A SIGTERM is followed
+    by SIGCONT: a job stopped with Ctrl-Z acts on its SIGTERM only once it runs again."""
+    failed = []
+    for pid in pids:
+        try:
+            os.kill(pid, number)
+            if number == signal.SIGTERM:
+                os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            failed.append(pid)
+    return failed
 
 
 class OwnersIds:

@@ -262,22 +262,6 @@ def describe(pids: list[int] | tuple[int, ...] | set[int], table: stop_policy.Ta
     return " ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-def send(number: signal.Signals, pids: list[int] | tuple[int, ...]) -> list[int]:
-    """Signals each; returns those that still exist but could not be signalled. A SIGTERM is followed by
-    SIGCONT: a job stopped with Ctrl-Z acts on its SIGTERM only once it runs again."""
-    failed = []
-    for pid in pids:
-        try:
-            os.kill(pid, number)
-            if number == signal.SIGTERM:
-                os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-        except OSError:
-            failed.append(pid)
-    return failed
-
-
 def still_alive(pids: set[int]) -> set[int]:
     return {pid for pid in pids if process_table.is_alive(pid)}
 
@@ -305,7 +289,7 @@ class Stop:
         work = set(plan.work)
         if not work:
             return
-        failed = send(signal.SIGTERM, plan.signal)  # first, then the line that says so
+        failed = process_table.signal_each(signal.SIGTERM, plan.signal)  # first, then the line that says so
         log(f"stopping: SIGTERM to your work first, waiting up to {self.timeout_s} s for it: "
             f"{describe([*plan.signal, *plan.readers], table)}")
         known, readers, signalled = set(plan.tops), dict(plan.readers), set(plan.signal)
@@ -325,14 +309,14 @@ class Stop:
                 known |= plan.tops
                 readers.update(plan.readers)
                 if fresh:
-                    failed += send(signal.SIGTERM, fresh)
+                    failed += process_table.signal_each(signal.SIGTERM, fresh)
                     log("stopping: SIGTERM to work whose launcher exited or that started since: "
                         f"{describe(fresh, table)}")
                     signalled |= set(fresh)
             drained = [pid for pid in stop_policy.readers_to_signal(readers, alive, writers_gone_at, now)
                        if pid not in signalled]
             if drained:
-                failed += send(signal.SIGTERM, drained)
+                failed += process_table.signal_each(signal.SIGTERM, drained)
                 log(f"stopping: SIGTERM to readers still running {stop_policy.READER_DRAIN_S:g} s after "
                     f"their input ended: {describe(drained, table)}")
                 signalled |= set(drained)
@@ -360,7 +344,7 @@ class Stop:
             fresh = [pid for pid in stop_policy.plan_signals(table, self.container, told=ignored).signal
                      if pid not in self.told]
             if fresh:
-                send(signal.SIGTERM, fresh)
+                process_table.signal_each(signal.SIGTERM, fresh)
                 log(f"stopping: SIGTERM to work below what is still running, tops first: {describe(fresh, table)}")
                 self.told |= set(fresh)
                 waiting |= set(fresh)
@@ -375,10 +359,10 @@ class Stop:
         table = process_table.snapshot(self.container, pipes=False)
         targets = stop_policy.everything_left(table, self.container)
         self.told |= set(targets)  # alive when step 3 looked: whatever ended them, the service's end did not
-        failed = send(signal.SIGTERM, targets)
+        failed = process_table.signal_each(signal.SIGTERM, targets)
         # An interactive shell ignores SIGTERM; one whose terminal is held outside (`docker exec -it`)
         # gets no SIGHUP from it either.
-        send(signal.SIGHUP, stop_policy.shells(table, targets))
+        process_table.signal_each(signal.SIGHUP, stop_policy.shells(table, targets))
         deadline = time.monotonic() + SERVICES_STOP_S
         left, pause_s = still_alive(set(targets)), FIRST_POLL_S
         while left and time.monotonic() < deadline:
@@ -389,7 +373,7 @@ class Stop:
             self.clean = False
             warn(f"still running {SERVICES_STOP_S} s after the services' SIGTERM, SIGKILLed: "
                  f"{describe(sorted(left | set(failed)), table)}")
-            send(signal.SIGKILL, sorted(left))
+            process_table.signal_each(signal.SIGKILL, sorted(left))
         self.children.reap()
 
     def wait_for_the_command(self) -> None:
@@ -524,7 +508,7 @@ class Signals:
         if meaning == "pass on":
             table = process_table.snapshot(self.container)
             targets = stop_policy.plan_signals(table, self.container).signal
-            send(signal.Signals(number), targets)
+            process_table.signal_each(signal.Signals(number), targets)
             log(f"passed {signal_name(number)} on to your work: {describe(targets, table) or 'none is running'}")
             return False
         if number not in (signal.SIGTERM, signal.SIGINT):
