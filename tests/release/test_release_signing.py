@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import pathlib
+import resource
 import shutil
 import subprocess
 import urllib.request
@@ -345,6 +346,26 @@ def test_false_claims_neither_hide_a_later_release_nor_ride_on_a_genuine_signatu
     result = verify(release.reference(tag), release.public_key)
     assert result.returncode == 0, result.stderr
     assert f"newest: release 4 of {tag}" in result.stdout and "4 image(s) claiming" in result.stdout, result.stdout
+
+
+def test_make_zstd_on_a_full_scratch_disk_ends_in_one_line_and_publishes_nothing(release, image, flavor, tmp_path):
+    """The scratch disk fills while our layers are recompressed (here a file-size limit of 1 MiB stands in
+    for it): one line that names the folder and what to do, and the list of what was pushed is unchanged."""
+    directory, scratch = tmp_path / "release", tmp_path / "scratch"
+    shutil.copytree(release.directory, directory)
+    scratch.mkdir()
+    pushed = next(directory.glob("pushed-*.txt"))
+    before = pushed.read_text()
+    name, tag = split_image_ref(image)
+    limit = 1 << 20
+    result = subprocess.run(["make", "-s", "--no-print-directory", "zstd", f"IMAGE={name}", f"TAG={tag}",
+                             f"FLAVOR={flavor}", f"RELEASE_DIR={directory}"], cwd=REPO_ROOT,
+                            env=dict(cosign_environment(), TMPDIR=str(scratch)), capture_output=True, text=True,
+                            timeout=PUSH_TIMEOUT_S, check=False,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    line = one_error_line(result)
+    assert "could not write our layers" in line and str(scratch) in line and "TMPDIR" in line, line
+    assert pushed.read_text() == before
 
 
 def edit_signature_tag(release: Release, by_digest: str, edit) -> None:

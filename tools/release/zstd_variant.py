@@ -111,7 +111,13 @@ def publish_zstd(image: str, base_ref: str, release_dir: str) -> list[str]:
     repository = gzip_refs[0][0].rpartition(":")[0]
     registry = Registry(repository)
     gzip_manifest, _ = registry.manifest(gzip_refs[0][1])
-    manifest = zstd_manifest(registry, gzip_manifest, base_diff_ids(base_ref))
+    base_layers = base_diff_ids(base_ref)
+    try:
+        manifest = zstd_manifest(registry, gzip_manifest, base_layers)
+    except OSError as error:  # the scratch folder's disk is full (or a file-size limit was reached)
+        raise ReleaseError(f"could not write our layers while recompressing them in {tempfile.gettempdir()}: "
+                           f"{error.strerror or error}; free space there, or set TMPDIR to a folder on a larger "
+                           f"disk, then run `make zstd` again (nothing was published)") from None
     published = [f"{ref}@{digest}" for ref, digest in gzip_refs]
     for reference, _ in gzip_refs:
         tag = reference.rpartition(":")[2] + SUFFIX
