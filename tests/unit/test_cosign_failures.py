@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from cosign_cli import failure_line
+from cosign_cli import failure_line, why_unverified
 
 # What cosign 2.5 printed here, with no route to the public log (measured on this project's machines).
 OFFLINE = ('error during command execution: signing [127.0.0.1:5000/tiny@sha256:0a]: signing digest: Post '
@@ -32,3 +32,15 @@ def test_other_failures_keep_cosigns_line_alone(monkeypatch, tlog, stderr):
     monkeypatch.setenv("COSIGN_TLOG", tlog)
     line = failure_line("sign REF", failed(stderr))
     assert "COSIGN_TLOG" not in line and line.endswith(stderr.strip())
+
+
+@pytest.mark.parametrize(("stderr", "why"), [
+    ("Error: no signatures found\n", "unsigned"),
+    ("Error: GET http://127.0.0.1:5000/v2/x/manifests/sha256-0a.sig: MANIFEST_UNKNOWN: manifest unknown\n", "unsigned"),
+    ("Error: no matching signatures: invalid signature when validating ASN.1 encoded signature\n", "another key"),
+    # cosign puts each signature's own error under "no matching signatures", an unanswered log's too.
+    (f"Error: no matching signatures: {OFFLINE}", ""),
+    (REGISTRY_DOWN, ""),
+])
+def test_a_failed_verify_says_unsigned_or_another_key_only_where_cosign_could_ask(stderr, why):
+    assert why_unverified(subprocess.CompletedProcess(["cosign", "verify"], 1, "", stderr)) == why

@@ -114,13 +114,23 @@ def verified_payloads(result: subprocess.CompletedProcess, image: str) -> list[d
     return payloads
 
 
+def why_unverified(result: subprocess.CompletedProcess) -> str:
+    """Why a `cosign verify` failed: "unsigned" (no signature), "another key" (none verifies with the key or
+    identity given), or "" where the failure proves neither (cosign could not ask the registry or the log)."""
+    detail = result.stderr + result.stdout
+    if UNANSWERED.search(detail):
+        return ""
+    if UNSIGNED.search(detail):
+        return "unsigned"
+    return "another key" if NOT_THIS_KEY.search(detail) else ""
+
+
 def payloads_that_verify(image: str, flags: list[str]) -> list[dict] | None:
     """The payloads of IMAGE's signatures that verify with FLAGS; None when it has no signature, or none that
     verifies (made without the key). Any other failure of cosign is one line: it proves nothing either way."""
     result = run_verify(image, flags)
     if result.returncode == 0:
         return verified_payloads(result, image)
-    detail = result.stderr + result.stdout
-    if (UNSIGNED.search(detail) or NOT_THIS_KEY.search(detail)) and not UNANSWERED.search(detail):
+    if why_unverified(result):
         return None
     raise ReleaseError(failure_line(f"verify {image}", result))

@@ -22,8 +22,8 @@ import json
 import subprocess
 import sys
 
-from cosign_cli import (NOT_THIS_KEY, UNSIGNED, identity_flags, last_error_line, run_cosign, run_verify,
-                        transparency_log_flags, verified_payloads)
+from cosign_cli import (identity_flags, last_error_line, run_cosign, run_verify, transparency_log_flags,
+                        verified_payloads, why_unverified)
 from release_order import newest_signed, sequence_for, tag_and_sequence
 from tags import ReleaseError, is_moving, run_command
 
@@ -41,11 +41,11 @@ def split_reference(image: str) -> tuple[str, str, str]:
 
 
 def signature_failure(image: str, result: subprocess.CompletedProcess) -> ReleaseError:
-    detail = result.stderr + result.stdout
-    if UNSIGNED.search(detail):
+    why = why_unverified(result)
+    if why == "unsigned":
         return ReleaseError(f"{image} is not signed: no signature exists for the image it points at "
                             f"(never signed with `make sign`, or its tag was moved to an unsigned image); do not use it")
-    if NOT_THIS_KEY.search(detail):
+    if why == "another key":
         return ReleaseError(f"{image} is signed, but not with the key given: its signature does not verify "
                             f"against COSIGN_PUB; check you have this release's public key, else do not use it")
     return ReleaseError(f"could not verify {image}: {last_error_line(result)}")
