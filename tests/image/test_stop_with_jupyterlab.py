@@ -130,7 +130,6 @@ def test_work_a_crash_of_jupyterlab_took_away_is_named_and_the_stop_is_not_clean
     assert "stopped cleanly" not in logs and "not cleanly" in last_line(logs), logs[-3000:]
 
 
-
 def test_work_still_running_when_file_shut_down_closed_its_terminal_is_named(containers):
     """STOP_TIMEOUT runs out for a program that ignores SIGTERM: JupyterLab closes its terminal anyway, and
     the container's log must say so rather than end with "stopped cleanly"."""

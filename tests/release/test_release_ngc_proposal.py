@@ -12,12 +12,11 @@ import json
 import pathlib
 import re
 import subprocess
-import urllib.request
 
 import pytest
 
-from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
-from tests.support.local_registry import local_registry
+from tests.support import REPO_ROOT
+from tests.support.local_registry import local_registry, put_blob, put_manifest
 from tests.support.release import environment_without_make
 
 pytestmark = pytest.mark.tier("landing")
@@ -37,32 +36,15 @@ def dockerfile_at(ngc_tag: str) -> str:
                   flags=re.M)
 
 
-def upload(address: str, content: bytes) -> str:
-    digest = "sha256:" + hashlib.sha256(content).hexdigest()
-    start = urllib.request.Request(f"http://{address}/v2/{REPOSITORY}/blobs/uploads/", data=b"", method="POST")
-    with urllib.request.urlopen(start, timeout=HTTP_TIMEOUT_S) as response:
-        location = response.headers["Location"]
-    location = location if location.startswith("http") else f"http://{address}{location}"
-    put = urllib.request.Request(f"{location}{'&' if '?' in location else '?'}digest={digest}", data=content,
-                                 method="PUT", headers={"Content-Type": "application/octet-stream"})
-    urllib.request.urlopen(put, timeout=HTTP_TIMEOUT_S).close()
-    return digest
-
-
-def push_image(address: str, tag: str, torch: str, architecture: str = "amd64") -> str:
-    """A one-layer image whose config sets PYTORCH_VERSION, as NGC's do; returns its manifest digest."""
+def push_image(address: str, tag: str, torch: str, architecture: str = "amd64") -> dict:
+    """A one-layer image whose config sets PYTORCH_VERSION, as NGC's do; returns its manifest's descriptor."""
     layer = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00"  # empty gzip
     config = json.dumps({"architecture": architecture, "os": "linux", "config": {"Env": [f"PYTORCH_VERSION={torch}"]},
                          "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(b"").hexdigest()]}}).encode()
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                                      "digest": upload(address, config), "size": len(config)},
-                           "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                                       "digest": upload(address, layer), "size": len(layer)}]}).encode()
-    put = urllib.request.Request(f"http://{address}/v2/{REPOSITORY}/manifests/{tag}", data=manifest, method="PUT",
-                                 headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
-    urllib.request.urlopen(put, timeout=HTTP_TIMEOUT_S).close()
-    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": dict(put_blob(address, REPOSITORY, config), mediaType="application/vnd.oci.image.config.v1+json"),
+                "layers": [dict(put_blob(address, REPOSITORY, layer), mediaType="application/vnd.oci.image.layer.v1.tar+gzip")]}
+    return put_manifest(address, REPOSITORY, tag, manifest)
 
 
 def propose(dockerfile: pathlib.Path, address: str) -> subprocess.CompletedProcess:
@@ -74,7 +56,7 @@ def propose(dockerfile: pathlib.Path, address: str) -> subprocess.CompletedProce
 @pytest.fixture(scope="module")
 def ngc_registry(tmp_path_factory: pytest.TempPathFactory):
     with local_registry(tmp_path_factory.mktemp("ngc-registry")) as address:
-        digests = {tag: push_image(address, tag, torch) for tag, torch in TORCH_BY_TAG.items()}
+        digests = {tag: push_image(address, tag, torch)["digest"] for tag, torch in TORCH_BY_TAG.items()}
         yield address, digests
 
 
@@ -113,24 +95,15 @@ def test_a_multi_platform_release_is_pinned_by_its_index_with_its_amd64_torch(in
     (tmp_path / "registry").mkdir()
     with local_registry(tmp_path / "registry") as address:
         push_image(address, OLDEST_LISTED, TORCH_BY_TAG[OLDEST_LISTED])
-        platforms = []
-        for architecture, torch in (("arm64", "2.12.0a0+arm64build"), ("amd64", "2.12.0a0+amd64build")):
-            digest = push_image(address, f"26.06-py3-{architecture}", torch, architecture)
-            with urllib.request.urlopen(urllib.request.Request(
-                    f"http://{address}/v2/{REPOSITORY}/manifests/{digest}",
-                    headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}), timeout=HTTP_TIMEOUT_S) as answer:
-                size = len(answer.read())
-            platforms.append({"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest, "size": size,
-                              "platform": {"architecture": architecture, "os": "linux"}})
-        index = json.dumps({"schemaVersion": 2, "mediaType": index_type, "manifests": platforms}).encode()
-        urllib.request.urlopen(urllib.request.Request(f"http://{address}/v2/{REPOSITORY}/manifests/26.06-py3", data=index,
-                                                      method="PUT", headers={"Content-Type": index_type}),
-                               timeout=HTTP_TIMEOUT_S).close()
+        platforms = [dict(push_image(address, f"26.06-py3-{architecture}", torch, architecture),
+                          platform={"architecture": architecture, "os": "linux"})
+                     for architecture, torch in (("arm64", "2.12.0a0+arm64build"), ("amd64", "2.12.0a0+amd64build"))]
+        index = put_manifest(address, REPOSITORY, "26.06-py3",
+                             {"schemaVersion": 2, "mediaType": index_type, "manifests": platforms}, index_type)
         dockerfile = tmp_path / "Dockerfile"
         dockerfile.write_text(dockerfile_at(OLDEST_LISTED))
         result = propose(dockerfile, address)
     assert result.returncode == 0, result.stderr
     assert "ARG NGC_TAG=26.06-py3\n" in dockerfile.read_text()
     assert "ARG NGC_TORCH_VERSION=2.12.0a0+amd64build\n" in dockerfile.read_text()
-    index_digest = "sha256:" + hashlib.sha256(index).hexdigest()
-    assert index_digest in (tmp_path / "pr.md").read_text(), (tmp_path / "pr.md").read_text()
+    assert index["digest"] in (tmp_path / "pr.md").read_text(), (tmp_path / "pr.md").read_text()

@@ -247,10 +247,15 @@ def test_a_moving_tag_moved_back_to_an_older_signed_release_is_refused_whatever_
         docker("image", "rm", *built.values(), moving, check=False)
 
 
-def sign_as(release: Release, tag: str, sequence: int) -> None:
-    """The module's image signed for TAG as release SEQUENCE (what `make sign` writes), and TAG pushed at it."""
+def sign_numbered(release: Release, by_digest: str, tag: str, sequence: int) -> None:
+    """BY_DIGEST signed with the release key for TAG as release SEQUENCE: what `make sign` writes."""
     cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={tag}",
-           "-a", f"{SEQUENCE_ANNOTATION}={sequence}", f"{release.repository}@{release.digest}")
+           "-a", f"{SEQUENCE_ANNOTATION}={sequence}", by_digest)
+
+
+def sign_as(release: Release, tag: str, sequence: int) -> None:
+    """The module's image signed for TAG as release SEQUENCE, and TAG pushed at it."""
+    sign_numbered(release, f"{release.repository}@{release.digest}", tag, sequence)
     reference = release.reference(tag)
     docker("tag", f"{release.reference(release.tags[0])}", reference)
     try:
@@ -268,11 +273,16 @@ def push_junk(repository: str, config: bytes, payloads: list[bytes]) -> str:
     layer = dict(put_blob(address, path, config + b" layer"), mediaType="application/vnd.oci.image.layer.v1.tar")
     image = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": config_blob,
              "layers": [layer]}
-    digest = put_manifest(address, path, f"junk-{hashlib.sha256(config).hexdigest()[:12]}", image)
-    signatures = [dict(put_blob(address, path, payload), mediaType=SIGNATURE_LAYER,
-                       annotations={"dev.cosignproject.cosign/signature": "MEUCIQDnotasignature"}) for payload in payloads]
+    digest = put_manifest(address, path, f"junk-{hashlib.sha256(config).hexdigest()[:12]}", image)["digest"]
+    signatures = [unsigned_signature(address, path, payload) for payload in payloads]
     put_manifest(address, path, f"{digest.replace(':', '-')}.sig", dict(image, layers=signatures or [layer]))
     return digest
+
+
+def unsigned_signature(address: str, path: str, payload: bytes) -> dict:
+    """A signature layer as cosign writes one, of PAYLOAD, whose signature is not one."""
+    return dict(put_blob(address, path, payload), mediaType=SIGNATURE_LAYER,
+                annotations={"dev.cosignproject.cosign/signature": "MEUCIQDnotasignature"})
 
 
 def claim(tag: str, sequence: str) -> bytes:
@@ -326,8 +336,7 @@ def test_false_claims_neither_hide_a_later_release_nor_ride_on_a_genuine_signatu
     older = derived(image, release.reference("forged-older"), "forged-older")
     newer = derived(image, release.reference("forged-newer"), "forged-newer")
     for by_digest, sequence in ((older, 1), (newer, 3)):
-        cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={tag}",
-               "-a", f"{SEQUENCE_ANNOTATION}={sequence}", by_digest)
+        sign_numbered(release, by_digest, tag, sequence)
     for sequence in (50, 51, 52):
         push_junk(release.repository, f'{{"forged": {sequence}}}'.encode(), [claim(tag, str(sequence))])
     address, path = release.repository.split("/", 1)
@@ -338,10 +347,8 @@ def test_false_claims_neither_hide_a_later_release_nor_ride_on_a_genuine_signatu
     assert "moved back" in line and "release 3" in line and newer.rpartition("@")[2][:19] in line, line
 
     edit_signature_tag(release, newer, lambda layers: layers[64:])
-    cosign("sign", "--key", str(release.key), "--tlog-upload=false", "-a", f"{TAG_ANNOTATION}={tag}",
-           "-a", f"{SEQUENCE_ANNOTATION}=4", f"{release.repository}@{release.digest}")  # the tag's image is newest
-    forged = dict(put_blob(address, path, claim(tag, "9")), mediaType=SIGNATURE_LAYER,
-                  annotations={"dev.cosignproject.cosign/signature": "MEUCIQDnotasignature"})
+    sign_numbered(release, f"{release.repository}@{release.digest}", tag, 4)  # the tag's image is newest
+    forged = unsigned_signature(address, path, claim(tag, "9"))
     edit_signature_tag(release, older, lambda layers: [*layers, forged])
     result = verify(release.reference(tag), release.public_key)
     assert result.returncode == 0, result.stderr

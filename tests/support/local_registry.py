@@ -72,10 +72,12 @@ def put_blob(address: str, repository: str, data: bytes) -> dict:
     return {"digest": digest, "size": len(data)}
 
 
-def put_manifest(address: str, repository: str, tag: str, manifest: dict) -> str:
-    """Pushes MANIFEST (an OCI image manifest) as REPOSITORY:TAG; returns its digest."""
+def put_manifest(address: str, repository: str, tag: str, manifest: dict,
+                 media_type: str = "application/vnd.oci.image.manifest.v1+json") -> dict:
+    """Pushes MANIFEST (of MEDIA_TYPE: an OCI image manifest unless told) as REPOSITORY:TAG; returns its
+    descriptor: {"mediaType": ..., "digest": ..., "size": ...}."""
     body = json.dumps(manifest).encode()
     request = urllib.request.Request(f"http://{address}/v2/{repository}/manifests/{tag}", data=body, method="PUT",
-                                     headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+                                     headers={"Content-Type": media_type})
     urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S).close()
-    return "sha256:" + hashlib.sha256(body).hexdigest()
+    return {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(body).hexdigest(), "size": len(body)}
