@@ -26,9 +26,10 @@ What it does, in the order this file does it:
     the exact batch it stopped at (at any world size for sharded checkpoints), writes checkpoints
     atomically (one file from rank 0 under DDP, one shard per rank under FSDP, in the background while
     training goes on) and keeps the newest --keep;
-  * on SIGTERM/SIGINT/SIGHUP (a terminal that closed) stops every rank at the same step, finishes a
-    background save in flight, saves, and exits 0 (docs/training.md says how long that takes against
-    docker stop's grace period);
+  * on SIGTERM/SIGINT/SIGHUP (a terminal that closed; not one the process ignores, as under `nohup`)
+    stops every rank at the same step, finishes a background save in flight, saves, and exits 0
+    (docs/training.md says how long that takes against docker stop's grace period); main() then gives
+    the process its own handlers back, so a notebook kernel that called it stops as it did before;
   * outlives its output: a progress line that cannot be written (`| head`, a full disk) is dropped
     with one note, and training goes on (trainer/output.py).
 The training state (model, optimizer, scaler, schedule, data position) is one object,
@@ -71,18 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     prometheus.serve(args.prometheus_address, args.prometheus_port, placement)  # a taken port ends here too
     device = choose_device(args.device, placement)
     group = start_process_group(placement, device=device, backend=args.backend, timeout_s=args.pg_timeout)
-    # From here on SIGTERM/SIGINT/SIGHUP means "stop at the next step boundary". Not earlier: a signal during
-    # the rendezvous must still end the process, which has nothing to save yet.
-    stop = StopSignal()
-    try:
-        # In a function of its own, so the model is garbage before finish_process_group destroys the group.
-        resume_and_train(args, placement=placement, device=device, group=group, stop=stop)
-    except CheckpointFailure as error:  # the same on every rank; each node's first rank says it
-        if placement.local_rank == 0:
-            print(f"train_ddp.py: error: {error}", file=sys.stderr, flush=True)
-        return error.status
-    finally:
-        finish_process_group()
+    # Inside this block SIGTERM/SIGINT/SIGHUP means "stop at the next step boundary" (unless ignored, as
+    # `nohup` leaves SIGHUP). Not earlier: a signal during the rendezvous must still end the process, which
+    # has nothing to save yet. Not later: a notebook kernel that called main() gets its own handlers back.
+    with StopSignal() as stop:
+        try:
+            # In a function of its own, so the model is garbage before finish_process_group destroys the group.
+            resume_and_train(args, placement=placement, device=device, group=group, stop=stop)
+        except CheckpointFailure as error:  # the same on every rank; each node's first rank says it
+            if placement.local_rank == 0:
+                print(f"train_ddp.py: error: {error}", file=sys.stderr, flush=True)
+            return error.status
+        finally:
+            finish_process_group()
     return 0
 
 

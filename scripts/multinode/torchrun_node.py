@@ -145,7 +145,12 @@ STOP_SIGNALS_RECEIVED: list[str] = []
 
 
 def run_torchrun(args: list[str]) -> int:
-    """Runs torchrun ARGS as a child, passing SIGTERM, SIGINT and SIGHUP on; returns its exit status."""
+    """Runs torchrun ARGS as a child, passing SIGTERM, SIGINT and SIGHUP on; returns its exit status.
+
+    A signal this process ignores stays ignored, here and in torchrun, which inherits it (`nohup` leaves
+    SIGHUP so: give torchrun --signals-to-handle=SIGTERM,SIGINT,SIGQUIT too, or it takes SIGHUP back)."""
+    ignored = [number for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+               if signal.getsignal(number) is signal.SIG_IGN]
     child = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args])
 
     def forward(signum: int, frame: object) -> None:
@@ -154,7 +159,8 @@ def run_torchrun(args: list[str]) -> int:
             child.send_signal(signum)
 
     for stop_signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(stop_signal, forward)
+        if stop_signal not in ignored:
+            signal.signal(stop_signal, forward)
     status = child.wait()
     return 128 - status if status < 0 else status  # killed by signal N: report 128+N, as a shell does
 

@@ -6,6 +6,7 @@ import datetime
 import gc
 import os
 import signal
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -69,12 +70,30 @@ class StopSignal:
     """Remembers a stop signal (STOP_SIGNALS) instead of dying of it, so training can stop at a step
     boundary. The handler only records the signal: a second one while the checkpoint is being written
     changes nothing. Output to a terminal that hung up is dropped by trainer/output.py, so the save goes on.
+
+    Used as `with StopSignal() as stop:`, it leaves the process as it found it:
+      * a stop signal the process ignores on entry stays ignored. `nohup` ignores SIGHUP so that a run
+        outlives its terminal, and a shell without job control ignores SIGINT for a job it started with
+        `&`; a trainer that took the signal back would end a run its user detached on purpose;
+      * on exit, normal or not, every handler it replaced is put back. A notebook kernel that ran
+        train_ddp.main() in a cell must end on the next SIGTERM, not record it and sit idle.
     """
 
     def __init__(self) -> None:
         self.received: str | None = None
+        self._replaced: dict[signal.Signals, Any] = {}
+
+    def __enter__(self) -> StopSignal:
         for stop_signal in STOP_SIGNALS:
-            signal.signal(stop_signal, self._record)
+            if signal.getsignal(stop_signal) is not signal.SIG_IGN:
+                self._replaced[stop_signal] = signal.signal(stop_signal, self._record)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for stop_signal, handler in self._replaced.items():
+            # None: a handler installed outside Python, which cannot be put back; the default is closest.
+            signal.signal(stop_signal, signal.SIG_DFL if handler is None else handler)
+        self._replaced.clear()
 
     def _record(self, signum: int, frame: object) -> None:
         self.received = signal.Signals(signum).name

@@ -30,10 +30,11 @@ def trainer_arguments(name: str, nproc: int | None) -> list[str]:
     return trainer_argv(endless_flags(name), nproc=nproc)
 
 
-def endless_run_command(name: str, nproc: int) -> str:
+def endless_run_command(name: str, nproc: int | None, *, detached: bool = False) -> str:
     """The same as a shell command whose output goes to /tmp/NAME.log, with no timeout around torchrun:
-    the container's stop must find torchrun itself as the launcher."""
-    return f"{trainer_command(endless_flags(name), nproc=nproc, timeout_s=None)} > /tmp/{name}.log 2>&1"
+    the container's stop must find torchrun itself as the launcher. DETACHED: under `nohup`."""
+    command = trainer_command(endless_flags(name), nproc=nproc, timeout_s=None, detached=detached)
+    return f"{command} > /tmp/{name}.log 2>&1"
 
 
 def training_in_a_kernel(name: str) -> str:

@@ -59,14 +59,15 @@ def launcher_words(nproc: int | None, nnodes: int = 1, rdzv_endpoint: str | None
 
 def trainer_command(flags: str = "", *, nproc: int | None = 2, nnodes: int = 1, rdzv_endpoint: str | None = None,
                     rdzv_id: str | None = None, scripts_dir: str = IMAGE_SCRIPTS_DIR, script: str | None = None,
-                    launcher_options: str = "", timeout_s: int | None = RUN_TIMEOUT_S) -> str:
+                    launcher_options: str = "", timeout_s: int | None = RUN_TIMEOUT_S, detached: bool = False) -> str:
     """The one launch line of the sample trainer in every suite: SCRIPTS_DIR/train_ddp.py (or SCRIPT, a
     wrapper around it) under torchrun (launcher_words) or plain python; one thread per rank; under
     coreutils timeout, so nothing hangs. FLAGS follow the script (TINY_MODEL or TINY_RUN for the tiny
     run). TIMEOUT_S None leaves timeout out, for a run that the container's stop must find as the
-    launcher itself (tests/image/test_stop.py). tests/unit/test_launch_lines.py fails on a launch line
-    written anywhere else."""
-    launcher = " ".join(launcher_words(nproc, nnodes, rdzv_endpoint, rdzv_id))
+    launcher itself (tests/image/test_stop.py). DETACHED starts the launcher under `nohup`, as a user
+    who detaches a run from its terminal does; after timeout, which would take SIGHUP back for its child.
+    tests/unit/test_launch_lines.py fails on a launch line written anywhere else."""
+    launcher = " ".join(["nohup"] * detached + launcher_words(nproc, nnodes, rdzv_endpoint, rdzv_id))
     timeout = f"timeout {timeout_s}" if timeout_s else ""
     script = script or f"{scripts_dir}/train_ddp.py"
     return " ".join(part for part in (ENV, timeout, launcher, launcher_options, script, flags) if part)

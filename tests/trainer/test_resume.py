@@ -96,6 +96,46 @@ def test_sigint_or_sighup_stops_a_single_process_run_with_a_checkpoint(torch_hos
     assert seconds < GRACE_PERIOD_S
 
 
+def hang_up_then_stop(hung_up: str, stopped: str, metrics: str, steps_after: int = 5) -> str:
+    """A KILL for interrupt_when_step_logged: SIGHUP to HUNG_UP (pids, as shell words), then, once the run
+    logged STEPS_AFTER more steps to METRICS (or after 20 s), SIGTERM to STOPPED."""
+    return (f"kill -HUP {hung_up}; step=$(grep -c . {metrics}); "
+            f"for _ in $(seq 200); do [ $(grep -c . {metrics}) -ge $((step + {steps_after})) ] && break; sleep 0.1; done; "
+            f"kill -TERM {stopped}")
+
+
+# `nohup python train_ddp.py &`: nohup leaves SIGHUP ignored so that the run outlives its terminal; the
+# trainer keeps it so, and still saves on SIGTERM.
+@pytest.mark.tier("landing")
+def test_a_nohup_run_outlives_a_hang_up_and_still_saves_on_sigterm(torch_host, scripts_dir, workdir):
+    flags = (f"{TINY_RUN} --max-steps 1000 --num-workers 1 --ckpt-dir {workdir}/nohup "
+             f"--metrics-file {workdir}/nohup.jsonl")
+    command = trainer_command(flags, nproc=None, scripts_dir=scripts_dir, detached=True)
+    trainer = "$(pgrep -P $pid)"  # $pid: timeout; nohup became python
+    status, _, log = interrupt_when_step_logged(torch_host, command, workdir, "nohup", 3, hang_up_then_stop(
+        trainer, trainer, f"{workdir}/nohup.jsonl"))
+    assert status == 0 and "SIGHUP" not in log, log
+    stop_step = int(re.search(r"stopped by SIGTERM at step (\d+)/", log)[1])
+    assert stop_step >= 3 + 5, log  # it trained on after the hang-up
+    assert torch_host.file(f"{workdir}/nohup/step_{stop_step:06d}.pt").exists
+
+
+def test_torchrun_workers_keep_a_hang_up_ignored_when_torchrun_leaves_it_so(torch_host, scripts_dir, workdir):
+    """`nohup torchrun --signals-to-handle=SIGTERM,SIGINT,SIGQUIT ...` (docs/training.md): torchrun leaves
+    SIGHUP ignored, its workers inherit that, and the trainer keeps it; SIGTERM to the workers still saves."""
+    flags = (f"{TINY_RUN} --max-steps 1000 --num-workers 1 --ckpt-dir {workdir}/nohup-torchrun "
+             f"--metrics-file {workdir}/nohup-torchrun.jsonl")
+    command = trainer_command(flags, scripts_dir=scripts_dir, detached=True,
+                              launcher_options="--signals-to-handle=SIGTERM,SIGINT,SIGQUIT")
+    torchrun, workers = "$(pgrep -P $pid)", "$(pgrep -P $(pgrep -P $pid))"
+    status, _, log = interrupt_when_step_logged(torch_host, command, workdir, "nohup-torchrun", 3, hang_up_then_stop(
+        f"{torchrun} {workers}", workers, f"{workdir}/nohup-torchrun.jsonl"))
+    assert status == 0 and "SIGHUP" not in log and "Traceback" not in log, log
+    stop_step = int(re.search(r"stopped by SIGTERM at step (\d+)/", log)[1])
+    assert stop_step >= 3 + 5, log
+    assert torch_host.file(f"{workdir}/nohup-torchrun/step_{stop_step:06d}.pt").exists
+
+
 def test_worker_killed_under_max_restarts_is_restarted_and_the_job_finishes(torch_host, scripts_dir, reference):
     workdir = reference
     # A restarted worker must not read the previous attempt's addresses from torchrun's shared store

@@ -1,0 +1,79 @@
+"""The trainer's stop signals (scripts/trainer/distributed.py, StopSignal) leave the process as they found
+it: a signal ignored on entry stays ignored (`nohup`), and every handler replaced is put back on exit, so
+a notebook kernel that ran train_ddp.main() in a cell ends on the next SIGTERM.
+
+    make test-unit PYTEST_ARGS=tests/unit/test_stop_signal.py
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import REPO_ROOT
+from trainer.distributed import STOP_SIGNALS, StopSignal
+
+
+def users_handler(signum: int, frame: object) -> None:
+    """A handler of the process's own, as a kernel or an application installs before calling the trainer."""
+
+
+@pytest.fixture
+def handlers_as_a_nohup_kernel_has_them() -> Iterator[dict[int, object]]:
+    """SIGTERM handled by the process's own handler, SIGINT Python's default, SIGHUP ignored; put back after."""
+    before = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    signal.signal(signal.SIGTERM, users_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    yield {number: signal.getsignal(number) for number in STOP_SIGNALS}
+    for number, handler in before.items():
+        signal.signal(number, handler)
+
+
+def test_a_signal_ignored_on_entry_stays_ignored_and_the_others_are_recorded(handlers_as_a_nohup_kernel_has_them):
+    with StopSignal() as stop:
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGHUP)  # ignored: neither recorded nor fatal
+        assert stop.received is None
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.received == "SIGTERM"
+
+
+def test_every_handler_is_put_back_on_exit_normal_or_not(handlers_as_a_nohup_kernel_has_them):
+    before = handlers_as_a_nohup_kernel_has_them
+    with StopSignal():
+        assert signal.getsignal(signal.SIGTERM) != users_handler
+    assert {number: signal.getsignal(number) for number in STOP_SIGNALS} == before
+
+    with pytest.raises(RuntimeError), StopSignal():
+        raise RuntimeError("a crash in the training loop")
+    assert {number: signal.getsignal(number) for number in STOP_SIGNALS} == before
+
+
+# A kernel's view: its own SIGTERM handler and SIGHUP ignored, then one short main() in a "cell".
+AFTER_MAIN = """
+import signal, sys
+sys.path.insert(0, sys.argv[1])
+import train_ddp
+def kernels_own(signum, frame): pass
+signal.signal(signal.SIGTERM, kernels_own)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+before = [signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]
+status = train_ddp.main(sys.argv[2:])
+after = [signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]
+print(status, after == before, after)
+"""
+
+
+def test_train_ddp_main_returns_the_process_with_its_own_handlers(tmp_path):
+    flags = ["--model", "tiny", "--image-size", "16", "--synthetic-samples", "64", "--batch-size", "8",
+             "--max-steps", "2", "--num-workers", "0", "--ckpt-dir", str(tmp_path / "ckpt")]
+    result = subprocess.run([sys.executable, "-c", AFTER_MAIN, str(REPO_ROOT / "scripts"), *flags],
+                            capture_output=True, text=True, timeout=120, check=False,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("0 True"), result.stdout + result.stderr
