@@ -14,7 +14,8 @@
 #    `make regression` prints on a GPU runner; where that file is missing, it records it (review it);
 # and prints one Markdown table (tokens/s, MFU, peak memory, busbw) to paste into BENCHMARKS.md.
 # For throughput, scripts/gpu_bench.py beside it is the benchmark a short loan completes: trainer against
-# bare loop, DDP and FSDP, batch 16 and 32, 300 measured steps each, with NVML's view (docs/training.md).
+# bare loop, DDP and FSDP, batch 16 and 32, 90 measured steps each, with NVML's view; run it first
+# (docs/training.md, "On a GPU machine").
 # Throughput and MFU are the trainer's last report: the last 10 steps, after compilation and warm-up.
 # Exit status: 0 all well, 1 a gpu-marked test or a gate check failed (the table is still printed), 2 a bad argument or
 # no GPU; a failed training or all-reduce run stops the script with its own output.

@@ -26,11 +26,19 @@ from torch.utils.flop_counter import FlopCounterMode
 from trainer import output, prometheus
 from trainer.distributed import Placement
 
-# Dense bf16 peak of common data-centre GPUs, TFLOP/s; --peak-tflops overrides it. Matched by substring
-# of the device name in this order, so A100 and A10G are tried before A10.
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0,
-                    "A10": 125.0, "L4": 121.0, "V100": 125.0}
+# Dense bf16 peak of common data-centre GPUs, TFLOP/s, by the part their device name names; --peak-tflops
+# overrides it. The first part found in the name wins, so H100's and H200's PCIe and NVL parts (slower
+# clocks, lower power) are tried before the SXM part whose name they contain, A100 and A10G before A10,
+# and L40S before L4.
+PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H200 NVL", 835.0), ("H100", 989.0),
+                    ("H200", 989.0), ("A100", 312.0), ("L40S", 362.0), ("A10G", 70.0), ("A10", 125.0),
+                    ("L4", 121.0), ("V100", 125.0))
 BAR_WIDTH = 20
+
+
+def known_peak(device_name: str) -> tuple[str, float] | None:
+    """The part DEVICE_NAME (as CUDA and NVML spell it) names, and its dense bf16 peak in FLOP/s."""
+    return next(((part, tflops * 1e12) for part, tflops in PEAK_BF16_TFLOPS if part in device_name), None)
 
 
 def peak_flops(device: torch.device, override_tflops: float | None) -> float | None:
@@ -39,8 +47,8 @@ def peak_flops(device: torch.device, override_tflops: float | None) -> float | N
         return override_tflops * 1e12
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((tflops * 1e12 for gpu, tflops in PEAK_BF16_TFLOPS.items() if gpu in name), None)
+    known = known_peak(torch.cuda.get_device_name(device))
+    return known[1] if known else None
 
 
 def count_training_flops_per_sample(model: nn.Module, sample: torch.Tensor) -> int:
