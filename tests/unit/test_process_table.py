@@ -22,7 +22,9 @@ RENAMED = "import sys; open('/proc/self/comm', 'w').write(sys.argv[1]); print('r
 
 
 def started(*argv: str) -> subprocess.Popen:
-    process = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """ARGV, running and ready; with SIGHUP at its default, even when the tests run under `nohup`."""
+    process = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     assert process.stdout.readline() == "ready\n"
     return process
 
