@@ -246,3 +246,13 @@ def test_health_probes_leave_nothing_in_the_log(ssh_container):
     added = ssh_container.logs()[len(before):]
     assert ssh_container.state()["Health"]["Status"] == "healthy"
     assert "preauth" not in added and "Connection" not in added, added
+
+
+def test_an_ssh_session_compiles_into_the_users_cache(ssh_port, user_key):
+    """torch.compile's caches in ~/.cache, which compose keeps (tests/image/test_compile_cache.py: the
+    other ways in)."""
+    where = ("from torch._inductor.runtime.cache_dir_utils import cache_dir, triton_cache_dir; "
+             "print(cache_dir(), triton_cache_dir(0))")
+    with ssh_session(ssh_port, key=user_key) as client:
+        status, out, err = run(client, f"python -c {shlex.quote(where)}")
+    assert status == 0 and out.split()[-2:] == ["/home/dev/.cache/torchinductor", "/home/dev/.cache/triton"], out + err

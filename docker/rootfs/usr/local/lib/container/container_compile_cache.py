@@ -1,0 +1,36 @@
+"""torch.compile's caches in ~/.cache, where the image keeps caches, instead of torch's default
+/tmp/torchinductor_USER, which every new container loses.
+
+compose.yaml's `user-cache` volume, a hub's home and a Kubernetes home volume all keep ~/.cache, so a
+restarted container, pod or server finds the FX graphs and kernels it compiled before (docs/training.md,
+"Warm restarts"). The image's Python runs this at every start (compile-cache.pth, linked with this file into
+its site-packages, which the user's own environment reads too), before anything imports torch: so every
+way in (command mode, `docker exec`, SSH, JupyterLab's terminals and kernels, code-server) gets the
+same folders. A variable the user set wins. Where ~/.cache cannot be written (a uid without a home of
+its own), torch's default stays, and the trainer says at its first step that its cache is not kept.
+Standard library only, and no file system writes: it runs before every Python program in the image.
+"""
+import os
+
+
+def writable(folder: str) -> bool:
+    """Whether FOLDER can be written, or made: the first part of it that exists is writable."""
+    while not os.path.exists(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return False
+        folder = parent
+    return os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)
+
+
+def keep_compile_caches_in_the_users_cache() -> None:
+    """Inductor's cache in ~/.cache/torchinductor, and Triton's (its kernels, Inductor's and a user's own
+    @triton.jit ones, otherwise in ~/.triton) in ~/.cache/triton. A TORCHINDUCTOR_CACHE_DIR of the user's
+    keeps both where torch puts them then: Triton's inside it."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(cache) or not writable(cache):
+        return
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "torchinductor")
+    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache, "triton"))
