@@ -55,6 +55,7 @@ from trainer.data import (MicroBatchStream, ResumableDistributedSampler, Synthet
                           TokenFile, detach_from_terminal_signals, load_image_folder)
 from trainer.distributed import (Placement, StopSignal, choose_device, finish_process_group,
                                  read_placement, start_process_group)
+from trainer.first_step import FirstStep, FirstStepClock
 from trainer.gpt import flops_per_token
 from trainer.metrics import (MetricsReporter, RankTotals, count_training_flops_per_sample, peak_flops,
                              state_bytes)
@@ -91,11 +92,13 @@ def main(argv: list[str] | None = None) -> int:
 def resume_and_train(args: argparse.Namespace, *, placement: Placement, device: torch.device,
                      group: dist.ProcessGroup, stop: StopSignal) -> None:
     state, reporter = build_training(args, placement=placement, device=device, group=group)
+    clock = FirstStepClock(compiling=args.compile)  # where the first minute goes (trainer/first_step.py)
     with Checkpointer(state) as checkpointer:  # closed after a crash too: no write left running, no lock held
-        checkpointer.resume()
+        checkpointer.resume()  # with --compile, the compiled code saved beside the checkpoints too
+        clock.resumed()
         if placement.is_main:
             print(start_line(state), flush=True)
-        train(state, reporter, checkpointer, stop)
+        train(state, reporter, checkpointer, stop, clock)
 
 
 def build_training(args: argparse.Namespace, *, placement: Placement, device: torch.device,
@@ -137,13 +140,15 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
     return state, reporter
 
 
-def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpointer, stop: StopSignal) -> None:
+def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpointer, stop: StopSignal,
+          clock: FirstStepClock) -> None:
     """Trains from STATE's step to --max-steps, or to a stop signal; CHECKPOINTER saves on the way and at the end."""
     args = state.args
     prometheus.training_started(state.step)
     reporter.restart_clock(state.step)
     state.stream.wait_seconds = 0.0
     loss_sum = torch.zeros((), device=state.device)
+    start_step = state.step
     while state.step < args.max_steps:
         if stop.agreed_by_any_rank(state.group):  # every rank sees the same answer at the same step
             break
@@ -152,6 +157,8 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
         state.scheduler.step()
         state.step += 1
         prometheus.step_finished(state.step)
+        if state.step == start_step + 1:  # everything is compiled now: what it cost; the code kept for a resume
+            first_step_done(clock.first_step_done(), state, reporter, checkpointer)
         if state.step % args.log_every == 0 or state.step == args.max_steps:
             totals = gather_for_the_report(loss_sum, peak_memory_bytes(state), state.stream.wait_seconds)
             reporter.report(state, lr, totals)
@@ -162,6 +169,17 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
     reporter.close()
     if state.placement.is_main:
         print(end_line(state, stop), flush=True)
+
+
+def first_step_done(first: FirstStep, state: TrainingState, reporter: MetricsReporter,
+                    checkpointer: Checkpointer) -> None:
+    """The first step's line, its figures in the next metrics record, and (--compile) the compiled code saved."""
+    if state.placement.is_main:
+        print(first.line(), flush=True)
+    reporter.add_to_next_record(first.record())
+    prometheus.first_step_done(first.record())
+    if state.args.compile:
+        checkpointer.save_compiled_code()
 
 
 def start_line(state: TrainingState) -> str:

@@ -13,7 +13,8 @@ Every method is collective: all ranks call it at the same point. A checkpoint th
 full disk, a folder that became unwritable or read-only) raises CheckpointFailure on every rank with
 the same one line, since training on without checkpoints would lose the work the next restart expects
 to find. Checkpoints are files (DDP: rank 0 writes `step_N.pt`) or folders of shards (FSDP: every rank
-writes, in the background with --async-checkpoint); trainer/checkpoint.py says how each stays atomic.
+writes, in the background with --async-checkpoint); trainer/checkpoint.py says how each stays atomic. With
+--compile the folder also keeps the run's compiled code (trainer/compiled_code.py), for a warm resume.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from trainer.background_save import BackgroundSaver
 from trainer.checkpoint import (CheckpointReadError, CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path,
                                 checkpoint_step, load_newest_checkpoint, remove_old_checkpoints, remove_temporaries,
                                 save_checkpoint_atomically, save_sharded_checkpoint)
+from trainer.compiled_code import load_compiled_code, save_compiled_code
 from trainer.config import describe_model_change
 from trainer.folder_lock import FolderInUse, FolderLock, StrayLockFile
 
@@ -48,6 +50,7 @@ class Checkpointer:
         self.ckpt_dir, self.save_every, self.keep = args.ckpt_dir, args.save_every, args.keep
         self.max_steps = args.max_steps
         self.sharded = args.parallel == "fsdp"
+        self.compiling = args.compile
         # Sharded checkpoints are written in the background; the DDP file stays synchronous (docs/training.md).
         self.saver = (BackgroundSaver(self.placement.is_main, control_group=self.group, timeout_s=args.pg_timeout)
                       if args.async_checkpoint and self.sharded else None)
@@ -79,6 +82,8 @@ class Checkpointer:
         if len(set(found_steps)) > 1:
             raise CheckpointFailure(f"ranks found different checkpoints (steps {found_steps}): --ckpt-dir must be "
                                     f"shared by all nodes", status=1)
+        if self.compiling:  # before anything compiles: a resume on an empty cache starts warm
+            self.say(load_compiled_code(self.ckpt_dir, self.state.device))
         init_from = self.state.args.init_from
         if loaded is None:
             self.say(init_from and f"starting from the pretrained weights of {init_from}")
@@ -98,6 +103,11 @@ class Checkpointer:
             self.finish_background_save()
         if self.save_every and self.state.step % self.save_every == 0:
             self.save(in_background=self.saver is not None)
+
+    def save_compiled_code(self) -> None:
+        """Once compilation is over (after the first step), rank 0 keeps the compiled code in --ckpt-dir."""
+        if self.placement.is_main:
+            self.say(save_compiled_code(self.ckpt_dir, self.state.device))
 
     def finish(self) -> None:
         """At the end of training (--max-steps or a stop signal): waits for the save in flight, then saves

@@ -100,6 +100,10 @@ class MetricsReporter:
             from torch.utils.tensorboard import SummaryWriter  # optional dependency, checked up front
             self.tensorboard = SummaryWriter(args.tensorboard_dir)
         self.restart_clock(step=0)
+        self.extra: dict[str, Any] = {}  # figures for the next record only (the first step's, first_step.py)
+
+    def add_to_next_record(self, figures: dict[str, Any]) -> None:
+        self.extra.update(figures)
 
     def restart_clock(self, step: int) -> None:
         """Starts a new averaging window at STEP (after start-up, resume or a report)."""
@@ -111,6 +115,8 @@ class MetricsReporter:
         record = self.compute_record(state.step, epoch=state.stream.epoch, loss_sum=totals.loss_sum, lr=lr,
                                      memory_per_rank=totals.memory_per_rank,
                                      data_wait_seconds=totals.data_wait_seconds)
+        record.update(self.extra)
+        self.extra = {}
         prometheus.record_reported(record)
         if self.is_main:
             print(self.progress_line(record), flush=True)

@@ -1,4 +1,5 @@
-"""The trainer's Prometheus endpoint (--prometheus-port): step, loss, throughput, step times, checkpoints.
+"""The trainer's Prometheus endpoint (--prometheus-port): step, loss, throughput, step times, checkpoints,
+and the time to the first step.
 
 One process per node serves /metrics: local rank 0, on --prometheus-port. Every node is scraped (not
 only the node of global rank 0) with one port per node, which is what a PodMonitor, a static target
@@ -76,6 +77,11 @@ class TrainingExporter:
         self.world_size = gauge("trainer_world_size", "Ranks in the job")
         self.started = gauge("trainer_start_timestamp_seconds",
                              "Unix time this trainer process started (before its rendezvous)")
+        self.time_to_first_step = gauge("trainer_time_to_first_step_seconds",
+                                        "Seconds from this process's start to its first finished step")
+        self.start_phases = Gauge("trainer_start_phase_seconds", "Where the time to the first step went: "
+                                  "startup, checkpoint_load, compile, first_step", (*LABELS, "phase"),
+                                  registry=self.registry)
         self.labels = labels
         self.series: dict[int, Any] = {}
         self.set(self.restarts, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
@@ -111,6 +117,12 @@ class TrainingExporter:
             self.set(self.mfu, record["mfu"])
         if "data_wait_share" in record:
             self.set(self.data_wait, record["data_wait_share"])
+
+    def first_step_done(self, figures: dict[str, float]) -> None:
+        """The figures trainer.first_step measured, as its record for the JSON file has them."""
+        self.set(self.time_to_first_step, figures["time_to_first_step_s"])
+        for phase in ("startup", "checkpoint_load", "compile", "first_step"):
+            self.start_phases.labels(**self.labels, phase=phase).set(figures[f"{phase}_s"])
 
     def checkpoint_saved(self, seconds: float) -> None:
         self.set(self.checkpoint_time, time.time())
@@ -149,6 +161,11 @@ def step_finished(step: int) -> None:
 def record_reported(record: dict[str, Any]) -> None:
     if _exporter is not None:
         _exporter.record_reported(record)
+
+
+def first_step_done(figures: dict[str, float]) -> None:
+    if _exporter is not None:
+        _exporter.first_step_done(figures)
 
 
 def checkpoint_saved(seconds: float) -> None:

@@ -33,7 +33,7 @@ class FakeState:
     def __init__(self, ckpt_dir: pathlib.Path, **flags: object) -> None:
         defaults = {"ckpt_dir": ckpt_dir, "save_every": 2, "keep": 2, "max_steps": 6, "parallel": "ddp",
                     "async_checkpoint": True, "pg_timeout": 60, "init_from": None, "model": "tiny",
-                    "num_classes": 10, "data_dir": None}
+                    "num_classes": 10, "data_dir": None, "compile": False}
         self.args = argparse.Namespace(**{**defaults, **flags})
         self.placement, self.group = Placement(rank=0, local_rank=0, world_size=1), dist.group.WORLD
         self.weight = torch.zeros(4)

@@ -1,0 +1,102 @@
+"""The compiled code that travels with a run's checkpoints, so a resume anywhere starts warm.
+
+torch.compile keeps what it built in a cache folder (Inductor's FX graphs, and on a GPU Triton's
+kernels). The image keeps that folder in ~/.cache, but a new pod, a Slurm requeue on another node or a
+new machine starts with an empty one and compiles from nothing. So a run with --compile also writes
+torch's cache artifacts (torch.compiler.save_cache_artifacts) into --ckpt-dir as COMPILED_CODE, once its
+first step has compiled everything; a resume loads them into the cache before compiling. With several
+ranks, rank 0 writes the one file and every rank loads it.
+
+The file is code (a pickle of compiled kernels), so it is loaded only from the run's own --ckpt-dir, and
+only when the torch, Triton and device it records are this process's own and its checksum holds. Anything
+else (another build, a damaged or unreadable file) costs one line and a cold compile, never the run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import platform
+import secrets
+
+import torch
+
+COMPILED_CODE = "compiled_code.bin"
+HEADER_LIMIT = 4096  # the JSON line before the artifacts
+
+
+def build_identity(device: torch.device) -> dict[str, str | None]:
+    """What compiled code depends on beyond its source: torch, Triton, Python and the device it ran on."""
+    try:
+        import triton
+        triton_version: str | None = triton.__version__
+    except ImportError:
+        triton_version = None
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        where = f"{torch.cuda.get_device_name(device)} (sm_{major}{minor})"
+    else:
+        where = f"{device.type} {platform.machine()}"
+    return {"torch": torch.__version__, "triton": triton_version, "python": platform.python_version(),
+            "device": where}
+
+
+def describe(identity: dict[str, str | None]) -> str:
+    triton = f", Triton {identity.get('triton')}" if identity.get("triton") else ""
+    return f"torch {identity.get('torch')}{triton}, Python {identity.get('python')} on {identity.get('device')}"
+
+
+def load_compiled_code(ckpt_dir: pathlib.Path, device: torch.device) -> str | None:
+    """Loads CKPT_DIR's compiled code into torch's caches; returns the line that says what happened (None
+    when there is no file)."""
+    path = ckpt_dir / COMPILED_CODE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"compiled code {path} is unreadable ({error.strerror}); compiling afresh"
+    header, newline, artifacts = data.partition(b"\n")
+    try:
+        recorded = json.loads(header[:HEADER_LIMIT]) if newline else None
+    except ValueError:
+        recorded = None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("identity"), dict):
+        return f"compiled code {path} is damaged (no header); compiling afresh"
+    identity = build_identity(device)
+    if recorded["identity"] != identity:
+        return (f"compiled code {path} is for {describe(recorded['identity'])}, not {describe(identity)}; "
+                       f"compiling afresh")
+    if hashlib.sha256(artifacts).hexdigest() != recorded.get("sha256"):
+        return f"compiled code {path} is damaged (its checksum differs); compiling afresh"
+    try:
+        info = torch.compiler.load_cache_artifacts(artifacts)
+    except Exception as error:  # whatever torch makes of artifacts it cannot use: a cold compile, not a crash
+        return f"compiled code {path} could not be loaded ({type(error).__name__}: {error}); compiling afresh"
+    if info is None:
+        return f"compiled code {path} holds nothing torch can load; compiling afresh"
+    return f"compiled code loaded from {path} ({len(artifacts) / 2**20:.1f} MiB)"
+
+
+def save_compiled_code(ckpt_dir: pathlib.Path, device: torch.device) -> str | None:
+    """Writes what torch compiled in this process into CKPT_DIR, atomically; returns the line to print.
+    A failed write is a warning: the run only loses a warm start."""
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is None:
+        return None
+    artifacts = saved[0]
+    header = json.dumps({"identity": build_identity(device), "sha256": hashlib.sha256(artifacts).hexdigest()})
+    path = ckpt_dir / COMPILED_CODE
+    temporary = path.with_name(f".{COMPILED_CODE}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(temporary, "wb") as file:
+            file.write(header.encode() + b"\n" + artifacts)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        return (f"train_ddp.py: warning: cannot write the compiled code to {path} ({error.strerror}); "
+                f"a resume elsewhere compiles afresh")
+    return f"compiled code saved to {path} ({len(artifacts) / 2**20:.1f} MiB) for a warm resume"

@@ -1,0 +1,122 @@
+"""Where a run's first minute went: the time from the process's start to its first finished step, in parts.
+
+    start-up         from the process's start to the resume: torch's import, the rendezvous, the model
+                     spread over the ranks, the optimizer and the data
+    checkpoint load  the resume: the newest checkpoint, and the compiled code beside it (--compile)
+    compile          torch.compile's own time within the first step (torch._dynamo counts it), with the
+                     FX graph cache's hits and misses: warm when every graph came from the cache
+    the step itself  the rest of the first step: its batches, the backward, the optimizer
+
+Rank 0 prints it in one line when the first step is done; the first metrics record carries the same
+figures (`time_to_first_step_s` and its parts), and so does Prometheus (trainer.prometheus).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Any
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux's /proc), or 0 where that cannot be read."""
+    try:
+        with open("/proc/self/stat") as stat:
+            started_ticks = int(stat.read().rpartition(")")[2].split()[19])
+        with open("/proc/uptime") as uptime:
+            return max(float(uptime.read().split()[0]) - started_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileCounts:
+    """torch's cumulative compile time in this process, and its FX graph cache's hits and misses."""
+
+    seconds: float = 0.0
+    hits: int = 0
+    misses: int = 0
+
+    @classmethod
+    def now(cls) -> CompileCounts:
+        from torch._dynamo.utils import calculate_time_spent, counters
+        inductor = counters["inductor"]
+        return cls(calculate_time_spent().get("total_wall_time", 0.0), inductor["fxgraph_cache_hit"],
+                   inductor["fxgraph_cache_miss"])
+
+    def warmth(self) -> str:
+        graphs = self.hits + self.misses
+        if not graphs:
+            return "no graph went through the cache"
+        if not self.misses:
+            return f"warm: all {graphs} graphs from the cache"
+        return f"cold: {self.misses} of {graphs} graphs compiled, {self.hits} from the cache"
+
+    def since(self, before: CompileCounts) -> CompileCounts:
+        return CompileCounts(self.seconds - before.seconds, self.hits - before.hits, self.misses - before.misses)
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstStep:
+    startup_s: float
+    checkpoint_load_s: float
+    step_s: float  # the whole first step, its compile included
+    compile: CompileCounts | None  # None without --compile
+    cache_dir: str | None = None  # Inductor's cache folder, where torch's default (lost with the container)
+
+    @property
+    def total_s(self) -> float:
+        return self.startup_s + self.checkpoint_load_s + self.step_s
+
+    def line(self) -> str:
+        parts = [f"start-up {self.startup_s:.1f} s", f"checkpoint load {self.checkpoint_load_s:.1f} s"]
+        if self.compile is not None:
+            parts.append(f"compile {self.compile_s:.1f} s ({self.compile.warmth()})")
+        parts.append(f"the step itself {self.step_s - self.compile_s:.1f} s")
+        line = f"first step {self.total_s:.1f} s after the process started: {', '.join(parts)}"
+        if self.cache_dir:
+            line += (f"; the compile cache {self.cache_dir} is lost with the container (~/.cache is not writable: "
+                     f"set TORCHINDUCTOR_CACHE_DIR to a kept folder)")
+        return line
+
+    @property
+    def compile_s(self) -> float:
+        return min(self.compile.seconds, self.step_s) if self.compile else 0.0
+
+    def record(self) -> dict[str, Any]:
+        """The figures for the first metrics record."""
+        record = {"time_to_first_step_s": self.total_s, "startup_s": self.startup_s,
+                  "checkpoint_load_s": self.checkpoint_load_s, "compile_s": self.compile_s,
+                  "first_step_s": self.step_s - self.compile_s}
+        if self.compile is not None:
+            record.update(compile_cache_hits=self.compile.hits, compile_cache_misses=self.compile.misses)
+        return record
+
+
+class FirstStepClock:
+    """Started before the resume; `resumed()` after it; `first_step_done()` once, after the first step."""
+
+    def __init__(self, *, compiling: bool) -> None:
+        self.compiling = compiling
+        self.startup_s = process_age_s()
+        self.resume_started = time.perf_counter()
+
+    def resumed(self) -> None:
+        self.step_started = time.perf_counter()
+        self.compile_before = CompileCounts.now() if self.compiling else None
+
+    def first_step_done(self) -> FirstStep:
+        step_s = time.perf_counter() - self.step_started
+        compiled = CompileCounts.now().since(self.compile_before) if self.compile_before else None
+        return FirstStep(self.startup_s, self.step_started - self.resume_started, step_s, compiled,
+                         inductor_cache_lost() if self.compiling else None)
+
+
+def inductor_cache_lost() -> str | None:
+    """Inductor's cache folder when the image's Python left it at torch's default in /tmp, because no
+    ~/.cache could be written (container_compile_cache.py); else None, outside the image too."""
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "container_compile_cache" not in sys.modules:
+        return None
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    return cache_dir()
