@@ -158,7 +158,7 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
         state.step += 1
         prometheus.step_finished(state.step)
         if state.step == start_step + 1:  # everything is compiled now: what it cost; the code kept for a resume
-            first_step_done(clock.first_step_done(), state, reporter, checkpointer)
+            first_step_done(clock.first_step_done(state.group), state, reporter, checkpointer, stop)
         if state.step % args.log_every == 0 or state.step == args.max_steps:
             totals = gather_for_the_report(loss_sum, peak_memory_bytes(state), state.stream.wait_seconds)
             reporter.report(state, lr, totals)
@@ -172,14 +172,15 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
 
 
 def first_step_done(first: FirstStep, state: TrainingState, reporter: MetricsReporter,
-                    checkpointer: Checkpointer) -> None:
-    """The first step's line, its figures in the next metrics record, and (--compile) the compiled code saved."""
+                    checkpointer: Checkpointer, stop: StopSignal) -> None:
+    """The first step's line, its figures in the next metrics record, and (--compile) the compiled code
+    saved; not while a stop signal waits, whose grace period the save would take from."""
     if state.placement.is_main:
         print(first.line(), flush=True)
     reporter.add_to_next_record(first.record())
     prometheus.first_step_done(first.record())
-    if state.args.compile:
-        checkpointer.save_compiled_code()
+    if state.args.compile and not stop.received:
+        checkpointer.save_compiled_code(compiled_anything=first.compile.misses > 0)
 
 
 def start_line(state: TrainingState) -> str:

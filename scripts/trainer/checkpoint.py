@@ -231,7 +231,7 @@ def remove_old_checkpoints(ckpt_dir: pathlib.Path, keep: int, saved_step: int) -
 def remove_temporaries(ckpt_dir: pathlib.Path) -> None:
     """Deletes the temporary files and folders of saves that crashed. Only the holder of the folder's lock
     (trainer.folder_lock) may call it, before its own first save: then no live job owns any of them."""
-    for stale in [*ckpt_dir.glob(".step_*.tmp"), *ckpt_dir.glob(".compiled_code.bin.*.tmp")]:
+    for stale in [*ckpt_dir.glob(".step_*.tmp"), *ckpt_dir.glob(".compiled_code.*.tmp")]:
         remove(stale)
 
 

@@ -28,7 +28,7 @@ from trainer.background_save import BackgroundSaver
 from trainer.checkpoint import (CheckpointReadError, CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path,
                                 checkpoint_step, load_newest_checkpoint, remove_old_checkpoints, remove_temporaries,
                                 save_checkpoint_atomically, save_sharded_checkpoint)
-from trainer.compiled_code import load_compiled_code, save_compiled_code
+from trainer.compiled_code import compiled_code_path, load_compiled_code, save_compiled_code
 from trainer.config import describe_model_change
 from trainer.folder_lock import FolderInUse, FolderLock, StrayLockFile
 
@@ -50,7 +50,7 @@ class Checkpointer:
         self.ckpt_dir, self.save_every, self.keep = args.ckpt_dir, args.save_every, args.keep
         self.max_steps = args.max_steps
         self.sharded = args.parallel == "fsdp"
-        self.compiling = args.compile
+        self.compiling, self.compiled_code_loaded = args.compile, False
         # Sharded checkpoints are written in the background; the DDP file stays synchronous (docs/training.md).
         self.saver = (BackgroundSaver(self.placement.is_main, control_group=self.group, timeout_s=args.pg_timeout)
                       if args.async_checkpoint and self.sharded else None)
@@ -83,7 +83,7 @@ class Checkpointer:
             raise CheckpointFailure(f"ranks found different checkpoints (steps {found_steps}): --ckpt-dir must be "
                                     f"shared by all nodes", status=1)
         if self.compiling:  # before anything compiles: a resume on an empty cache starts warm
-            self.say(load_compiled_code(self.ckpt_dir, self.state.device))
+            self.load_compiled_code()
         init_from = self.state.args.init_from
         if loaded is None:
             self.say(init_from and f"starting from the pretrained weights of {init_from}")
@@ -104,10 +104,27 @@ class Checkpointer:
         if self.save_every and self.state.step % self.save_every == 0:
             self.save(in_background=self.saver is not None)
 
-    def save_compiled_code(self) -> None:
-        """Once compilation is over (after the first step), rank 0 keeps the compiled code in --ckpt-dir."""
-        if self.placement.is_main:
-            self.say(save_compiled_code(self.ckpt_dir, self.state.device))
+    def load_compiled_code(self) -> None:
+        """Every rank loads its local rank's compiled code; rank 0 says how it went, and which ranks could
+        not (their own line would say the same N times)."""
+        self.compiled_code_loaded, line = load_compiled_code(
+            compiled_code_path(self.ckpt_dir, self.placement.local_rank), self.state.device)
+        loaded: list[Any] = [None] * self.placement.world_size
+        dist.all_gather_object(loaded, self.compiled_code_loaded, group=self.group)
+        self.say(line)
+        cold = [rank for rank, ok in enumerate(loaded) if not ok]
+        if self.compiled_code_loaded and cold:
+            self.say(f"compiled code: rank(s) {', '.join(map(str, cold))} found none of their own, or none they "
+                     f"could use, and compile afresh")
+
+    def save_compiled_code(self, *, compiled_anything: bool) -> None:
+        """Once compilation is over (after the first step), the first node's ranks keep their compiled code
+        in --ckpt-dir, one file a local rank; not when the file just loaded holds it all already."""
+        if self.placement.rank != self.placement.local_rank or (self.compiled_code_loaded and not compiled_anything):
+            return
+        line = save_compiled_code(compiled_code_path(self.ckpt_dir, self.placement.local_rank), self.state.device)
+        if line and (self.placement.is_main or "warning" in line):
+            print(line, flush=True)
 
     def finish(self) -> None:
         """At the end of training (--max-steps or a stop signal): waits for the save in flight, then saves

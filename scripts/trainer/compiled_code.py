@@ -3,9 +3,10 @@
 torch.compile keeps what it built in a cache folder (Inductor's FX graphs, and on a GPU Triton's
 kernels). The image keeps that folder in ~/.cache, but a new pod, a Slurm requeue on another node or a
 new machine starts with an empty one and compiles from nothing. So a run with --compile also writes
-torch's cache artifacts (torch.compiler.save_cache_artifacts) into --ckpt-dir as COMPILED_CODE, once its
-first step has compiled everything; a resume loads them into the cache before compiling. With several
-ranks, rank 0 writes the one file and every rank loads it.
+torch's cache artifacts (torch.compiler.save_cache_artifacts) into --ckpt-dir, once its first step has
+compiled everything; a resume loads them into the cache before compiling. torch's cache keys name the
+GPU's index, so each local rank has a file of its own (compiled_code.LOCAL_RANK.bin), written by the
+ranks of the first node and loaded by the ranks of the same local rank on every node.
 
 The file is code (a pickle of compiled kernels), so it is loaded only from the run's own --ckpt-dir, and
 only when the torch, Triton and device it records are this process's own and its checksum holds. Anything
@@ -22,8 +23,11 @@ import secrets
 
 import torch
 
-COMPILED_CODE = "compiled_code.bin"
 HEADER_LIMIT = 4096  # the JSON line before the artifacts
+
+
+def compiled_code_path(ckpt_dir: pathlib.Path, local_rank: int) -> pathlib.Path:
+    return ckpt_dir / f"compiled_code.{local_rank}.bin"
 
 
 def build_identity(device: torch.device) -> dict[str, str | None]:
@@ -47,48 +51,46 @@ def describe(identity: dict[str, str | None]) -> str:
     return f"torch {identity.get('torch')}{triton}, Python {identity.get('python')} on {identity.get('device')}"
 
 
-def load_compiled_code(ckpt_dir: pathlib.Path, device: torch.device) -> str | None:
-    """Loads CKPT_DIR's compiled code into torch's caches; returns the line that says what happened (None
-    when there is no file)."""
-    path = ckpt_dir / COMPILED_CODE
+def load_compiled_code(path: pathlib.Path, device: torch.device) -> tuple[bool, str | None]:
+    """Loads the compiled code in PATH into torch's caches. Returns whether it did, and the line that
+    says what happened (None when there is no file)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return None
+        return False, None
     except OSError as error:
-        return f"compiled code {path} is unreadable ({error.strerror}); compiling afresh"
+        return False, f"compiled code {path} is unreadable ({error.strerror}); compiling afresh"
     header, newline, artifacts = data.partition(b"\n")
     try:
         recorded = json.loads(header[:HEADER_LIMIT]) if newline else None
     except ValueError:
         recorded = None
     if not isinstance(recorded, dict) or not isinstance(recorded.get("identity"), dict):
-        return f"compiled code {path} is damaged (no header); compiling afresh"
+        return False, f"compiled code {path} is damaged (no header); compiling afresh"
     identity = build_identity(device)
     if recorded["identity"] != identity:
-        return (f"compiled code {path} is for {describe(recorded['identity'])}, not {describe(identity)}; "
+        return False, (f"compiled code {path} is for {describe(recorded['identity'])}, not {describe(identity)}; "
                        f"compiling afresh")
     if hashlib.sha256(artifacts).hexdigest() != recorded.get("sha256"):
-        return f"compiled code {path} is damaged (its checksum differs); compiling afresh"
+        return False, f"compiled code {path} is damaged (its checksum differs); compiling afresh"
     try:
         info = torch.compiler.load_cache_artifacts(artifacts)
     except Exception as error:  # whatever torch makes of artifacts it cannot use: a cold compile, not a crash
-        return f"compiled code {path} could not be loaded ({type(error).__name__}: {error}); compiling afresh"
+        return False, f"compiled code {path} could not be loaded ({type(error).__name__}: {error}); compiling afresh"
     if info is None:
-        return f"compiled code {path} holds nothing torch can load; compiling afresh"
-    return f"compiled code loaded from {path} ({len(artifacts) / 2**20:.1f} MiB)"
+        return False, f"compiled code {path} holds nothing torch can load; compiling afresh"
+    return True, f"compiled code loaded from {path} ({len(artifacts) / 2**20:.1f} MiB)"
 
 
-def save_compiled_code(ckpt_dir: pathlib.Path, device: torch.device) -> str | None:
-    """Writes what torch compiled in this process into CKPT_DIR, atomically; returns the line to print.
-    A failed write is a warning: the run only loses a warm start."""
+def save_compiled_code(path: pathlib.Path, device: torch.device) -> str | None:
+    """Writes what torch compiled in this process into PATH, atomically; returns the line to print. A
+    failed write is a warning: the run only loses a warm start."""
     saved = torch.compiler.save_cache_artifacts()
     if saved is None:
         return None
     artifacts = saved[0]
     header = json.dumps({"identity": build_identity(device), "sha256": hashlib.sha256(artifacts).hexdigest()})
-    path = ckpt_dir / COMPILED_CODE
-    temporary = path.with_name(f".{COMPILED_CODE}.{secrets.token_hex(4)}.tmp")
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         with open(temporary, "wb") as file:
             file.write(header.encode() + b"\n" + artifacts)

@@ -18,6 +18,9 @@ import sys
 import time
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
 
 def process_age_s() -> float:
     """Seconds since this process started (Linux's /proc), or 0 where that cannot be read."""
@@ -106,17 +109,26 @@ class FirstStepClock:
         self.step_started = time.perf_counter()
         self.compile_before = CompileCounts.now() if self.compiling else None
 
-    def first_step_done(self) -> FirstStep:
+    def first_step_done(self, group: Any) -> FirstStep:
+        """This rank's times; the cache's hits and misses of every rank in GROUP (a collective): torch's
+        cache keys name the GPU, so each rank's compile is warm or cold on its own."""
         step_s = time.perf_counter() - self.step_started
-        compiled = CompileCounts.now().since(self.compile_before) if self.compile_before else None
+        compiled = None
+        if self.compile_before:
+            mine = CompileCounts.now().since(self.compile_before)
+            counts = torch.tensor([mine.hits, mine.misses], dtype=torch.int64)
+            dist.all_reduce(counts, group=group)
+            compiled = CompileCounts(mine.seconds, int(counts[0]), int(counts[1]))
         return FirstStep(self.startup_s, self.step_started - self.resume_started, step_s, compiled,
                          inductor_cache_lost() if self.compiling else None)
 
 
 def inductor_cache_lost() -> str | None:
-    """Inductor's cache folder when the image's Python left it at torch's default in /tmp, because no
-    ~/.cache could be written (container_compile_cache.py); else None, outside the image too."""
-    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "container_compile_cache" not in sys.modules:
+    """Inductor's cache folder when the image's Python had to leave it at torch's default in /tmp, as no
+    ~/.cache could be written (container_compile_cache.py); else None, outside the image too. (torch sets
+    TORCHINDUCTOR_CACHE_DIR itself once it has compiled, so the variable cannot tell.)"""
+    image_rule = sys.modules.get("container_compile_cache")
+    if image_rule is None or not image_rule.fell_back:
         return None
     from torch._inductor.runtime.cache_dir_utils import cache_dir
     return cache_dir()

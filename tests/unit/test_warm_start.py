@@ -15,12 +15,14 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
 
 from tests.support import REPO_ROOT
-from trainer.compiled_code import COMPILED_CODE, build_identity, load_compiled_code
+from trainer import first_step
+from trainer.compiled_code import build_identity, compiled_code_path, load_compiled_code
 from trainer.first_step import CompileCounts, FirstStep
 
 CPU = torch.device("cpu")
@@ -51,7 +53,7 @@ def saved_run(tmp_path_factory) -> pathlib.Path:
     output, records = train(folder / "ckpt", folder / "cache-cold", 2)
     assert "first step" in output and "cold:" in output, output
     assert records[0]["compile_cache_misses"] > 0 and records[0]["compile_s"] > 0, records[0]
-    assert (folder / "ckpt" / COMPILED_CODE).exists(), output
+    assert compiled_code_path(folder / "ckpt", 0).exists(), output
     return folder / "ckpt"
 
 
@@ -59,7 +61,7 @@ def test_a_resume_in_an_empty_cache_compiles_warm_from_the_checkpoint_folder(sav
     ckpt = tmp_path / "ckpt"
     shutil.copytree(saved_run, ckpt)
     output, records = train(ckpt, tmp_path / "empty-cache", 4)  # a new machine: nothing in its cache
-    assert f"compiled code loaded from {ckpt / COMPILED_CODE}" in output, output
+    assert f"compiled code loaded from {compiled_code_path(ckpt, 0)}" in output, output
     assert "resumed from" in output and "warm: all" in output, output
     first = records[0]
     assert first["step"] == 3 and first["compile_cache_hits"] > 0 and first["compile_cache_misses"] == 0, first
@@ -70,7 +72,7 @@ def test_a_resume_in_an_empty_cache_compiles_warm_from_the_checkpoint_folder(sav
 def test_damaged_or_foreign_compiled_code_costs_one_line_and_a_cold_compile(saved_run, tmp_path, damage):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(saved_run, ckpt)
-    path = ckpt / COMPILED_CODE
+    path = compiled_code_path(ckpt, 0)
     header, _, artifacts = path.read_bytes().partition(b"\n")
     recorded = json.loads(header)
     if damage == "checksum":
@@ -82,7 +84,8 @@ def test_damaged_or_foreign_compiled_code_costs_one_line_and_a_cold_compile(save
         data = b"\x80\x04not a header" + artifacts
     path.write_bytes(data)
 
-    line = load_compiled_code(ckpt, CPU)  # what the trainer's resume prints, loading nothing
+    loaded, line = load_compiled_code(path, CPU)  # what the trainer's resume prints, loading nothing
+    assert not loaded
     assert line.startswith(f"compiled code {path} ") and line.endswith("; compiling afresh"), line
     assert {"checksum": "checksum differs", "build": "is for torch 2.0.0", "header": "no header"}[damage] in line
 
@@ -92,16 +95,16 @@ def test_the_trainer_says_so_in_one_line_and_trains_on(saved_run, tmp_path):
     cache the first run left, to keep this tier fast: an empty one compiles cold, as the first run did)."""
     ckpt = tmp_path / "ckpt"
     shutil.copytree(saved_run, ckpt)
-    (ckpt / COMPILED_CODE).write_bytes(b"\x80\x04 not compiled code")
+    compiled_code_path(ckpt, 0).write_bytes(b"\x80\x04 not compiled code")
     output, records = train(ckpt, saved_run.parent / "cache-cold", 3)
     assert [text for text in output.splitlines() if "compiling afresh" in text] == [
-        f"compiled code {ckpt / COMPILED_CODE} is damaged (no header); compiling afresh"], output
+        f"compiled code {compiled_code_path(ckpt, 0)} is damaged (no header); compiling afresh"], output
     assert "compiled code loaded" not in output and "Traceback" not in output, output
     assert records[0]["step"] == 3 and "compile_s" in records[0], records[0]
 
 
 def test_no_file_is_no_line_and_the_identity_names_the_build():
-    assert load_compiled_code(pathlib.Path("/nonexistent"), CPU) is None
+    assert load_compiled_code(pathlib.Path("/nonexistent/compiled_code.0.bin"), CPU) == (False, None)
     identity = build_identity(CPU)
     assert identity["torch"] == torch.__version__ and identity["device"].startswith("cpu ")
 
@@ -122,3 +125,21 @@ def test_the_first_step_line_splits_the_time_and_says_warm_or_cold():
     lost = FirstStep(3.0, 0.0, 9.0, CompileCounts(8.0, 0, 3), cache_dir="/tmp/torchinductor_dev")
     assert lost.line().endswith("; the compile cache /tmp/torchinductor_dev is lost with the container "
                                 "(~/.cache is not writable: set TORCHINDUCTOR_CACHE_DIR to a kept folder)")
+
+
+def test_a_warm_resume_does_not_rewrite_the_compiled_code_it_loaded(saved_run, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(saved_run, ckpt)
+    before = compiled_code_path(ckpt, 0).stat().st_mtime_ns
+    output, _ = train(ckpt, saved_run.parent / "cache-cold", 3)  # every graph from the cache
+    assert "compiled code saved" not in output and compiled_code_path(ckpt, 0).stat().st_mtime_ns == before, output
+
+
+def test_the_line_names_a_compile_cache_the_image_could_not_keep(monkeypatch, tmp_path):
+    """Where ~/.cache cannot be written the image's rule leaves torch's default; torch then sets
+    TORCHINDUCTOR_CACHE_DIR itself when it compiles, and the trainer's line still says the cache is lost."""
+    monkeypatch.setitem(sys.modules, "container_compile_cache", types.SimpleNamespace(fell_back=True))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "torchinductor_dev"))
+    assert first_step.inductor_cache_lost() == str(tmp_path / "torchinductor_dev")
+    monkeypatch.setitem(sys.modules, "container_compile_cache", types.SimpleNamespace(fell_back=False))
+    assert first_step.inductor_cache_lost() is None

@@ -12,6 +12,8 @@ Standard library only, and no file system writes: it runs before every Python pr
 """
 import os
 
+fell_back = False  # ~/.cache could not be written: torch's default stays (trainer/first_step.py reads this)
+
 
 def writable(folder: str) -> bool:
     """Whether FOLDER can be written, or made: the first part of it that exists is writable."""
@@ -27,10 +29,12 @@ def keep_compile_caches_in_the_users_cache() -> None:
     """Inductor's cache in ~/.cache/torchinductor, and Triton's (its kernels, Inductor's and a user's own
     @triton.jit ones, otherwise in ~/.triton) in ~/.cache/triton. A TORCHINDUCTOR_CACHE_DIR of the user's
     keeps both where torch puts them then: Triton's inside it."""
+    global fell_back
     if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
         return
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     if not os.path.isabs(cache) or not writable(cache):
+        fell_back = True
         return
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "torchinductor")
     os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache, "triton"))
