@@ -35,6 +35,7 @@ import time
 
 SCRIPTS_DIR = pathlib.Path(__file__).resolve().parent
 WAYS = ("same cache", "artifacts", "cold")
+RUN_LIMIT_S = 900  # a run that takes longer is stuck: its log ends the benchmark
 PARTS = ("time_to_first_step_s", "startup_s", "checkpoint_load_s", "compile_s", "first_step_s")
 
 
@@ -56,24 +57,36 @@ def trainer_command(args: argparse.Namespace, ckpt_dir: pathlib.Path, max_steps:
 
 
 def records(ckpt_dir: pathlib.Path) -> list[dict]:
+    """The trainer's metrics records so far; a line still being written is not one yet."""
     path = ckpt_dir.with_suffix(".jsonl")
-    lines = path.read_text().splitlines() if path.exists() else []
-    return [record for record in map(json.loads, lines) if "step" in record]
+    found = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            found.append(record)
+    return found
 
 
 def first_run(args: argparse.Namespace, ckpt_dir: pathlib.Path, cache: pathlib.Path) -> tuple[dict, float]:
     """Trains from an empty cache, stops it with SIGTERM after --stop-after steps; returns its first
     record and the seconds from the signal to its exit (the save included)."""
-    process = subprocess.Popen(trainer_command(args, ckpt_dir, 100_000), env=environment(cache),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = ckpt_dir.with_suffix(".log")
+    with open(log, "w") as output:  # a file, not a pipe: a chatty compile cannot fill it and stall the run
+        process = subprocess.Popen(trainer_command(args, ckpt_dir, 100_000), env=environment(cache),
+                                   stdout=output, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + RUN_LIMIT_S
     while not any(record["step"] >= args.stop_after for record in records(ckpt_dir)):
-        if process.poll() is not None:
-            sys.exit(f"bench_warm_restart.py: error: the first run ended before step {args.stop_after}:\n"
-                     + process.stderr.read())
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            sys.exit(f"bench_warm_restart.py: error: the first run did not reach step {args.stop_after} within "
+                     f"{RUN_LIMIT_S} s:\n{log.read_text()[-3000:]}")
         time.sleep(0.05)
     signalled = time.perf_counter()
     process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=300)
+    process.wait(timeout=RUN_LIMIT_S)
     stop_to_saved = time.perf_counter() - signalled
     if process.returncode != 0 or not list(ckpt_dir.glob("step_*.pt")):
         sys.exit(f"bench_warm_restart.py: error: the first run did not save on SIGTERM (exit {process.returncode})")
@@ -86,11 +99,12 @@ def restart(args: argparse.Namespace, saved: pathlib.Path, workdir: pathlib.Path
     ckpt_dir = workdir / f"{way.replace(' ', '-')}-{index}"
     shutil.copytree(saved, ckpt_dir, ignore=shutil.ignore_patterns("*.lock"))
     if way == "cold":
-        (ckpt_dir / "compiled_code.bin").unlink(missing_ok=True)
+        for compiled_code in ckpt_dir.glob("compiled_code.*.bin"):
+            compiled_code.unlink()
     cache = warm_cache if way == "same cache" else workdir / f"empty-cache-{way.replace(' ', '-')}-{index}"
     resumed_at = max(int(path.stem.split("_")[1]) for path in saved.glob("step_*.pt"))
     result = subprocess.run(trainer_command(args, ckpt_dir, resumed_at + 2), env=environment(cache),
-                            capture_output=True, text=True, timeout=900, check=False)
+                            capture_output=True, text=True, timeout=RUN_LIMIT_S, check=False)
     if result.returncode != 0:
         sys.exit(f"bench_warm_restart.py: error: the {way} restart failed:\n{result.stdout}{result.stderr}")
     return records(ckpt_dir)[0]

@@ -44,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 SCRIPTS_DIR = pathlib.Path(__file__).resolve().parent
 MODEL, SEQ_LEN = "gpt2-small", 1024
@@ -181,8 +181,9 @@ def markdown_table(rows: list[dict[str, Any]], title: str) -> str:
 
 
 def rate(rows: list[dict[str, Any]], loop: str, parallel: str, batch_size: int) -> float | None:
-    return next((row.get("tokens_per_sec") for row in rows if Run(row["loop"], row["parallel"], row["batch_size"])
-                 == Run(loop, parallel, batch_size)), None)
+    """The run's tokens/s; None where it failed, even if it measured windows before it did."""
+    return next((row.get("tokens_per_sec") for row in rows if "error" not in row and
+                 Run(row["loop"], row["parallel"], row["batch_size"]) == Run(loop, parallel, batch_size)), None)
 
 
 def report(rows: list[dict[str, Any]], machine: dict[str, Any], args: argparse.Namespace, *,
@@ -311,7 +312,7 @@ def end_process_tree(process: subprocess.Popen, grace_s: float = GRACE_S) -> Non
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(grace_s)
     for pid in [process.pid, *tree, *process_tree(process.pid)]:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(OSError):  # gone already (or its number taken by another user's process)
             os.kill(pid, signal.SIGKILL)
     process.wait()
 
@@ -332,6 +333,9 @@ def launch(command: list[str], log: pathlib.Path, limit_s: float) -> str | None:
         except subprocess.TimeoutExpired:
             end_process_tree(process)
             return f"timed out after {limit_s:.0f} s"
+        except Stopped:  # the benchmark itself was stopped: the GPU is freed for what comes next
+            end_process_tree(process)
+            raise
     return None if status == 0 else f"exit status {status}"
 
 
@@ -379,29 +383,53 @@ def run_one(args: argparse.Namespace, run: Run, *, gpus: int, uuids: list[str], 
 
 
 def run_benchmark(args: argparse.Namespace, *, gpus: int, uuids: list[str], machine: dict[str, Any],
-                  flops_per_token: int, peak: tuple[str, float] | None,
+                  flops_per_token: int, peak: tuple[str, float] | None, started: float | None = None,
                   clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
-    """Every run of plan() within --budget-s; the results in --out after each. Returns the last result."""
+    """Every run of plan() within --budget-s from STARTED (the process's start, by CLOCK); the results in
+    --out after each. A SIGTERM or SIGINT ends the run in flight and keeps what was measured. Returns the
+    last result."""
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    started, rows = clock(), []
+    started, rows = clock() if started is None else started, []
     title = (f"{gpus} x {machine.get('gpu')}, torch {machine.get('torch')}, CUDA {machine.get('cuda')}, "
              f"NCCL {machine.get('nccl')}; {MODEL}, bf16, compile, seq {SEQ_LEN}; {args.steps} steps in windows "
              f"of {args.window} after {args.warmup} warm-up; load average {machine.get('load_average', ['?'])[0]} before")
     result = report(rows, machine, args, flops_per_token=flops_per_token, peak=peak)
-    with tempfile.TemporaryDirectory(prefix="gpu_bench-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="gpu_bench-") as workdir, stopped_by_signals():
         for run in plan():
-            left = args.budget_s - (clock() - started)
-            if left < MIN_RUN_S:
-                rows.append({**run._asdict(), "error": f"skipped: {max(left, 0):.0f} s of --budget-s left"})
-            else:
-                rows.append(run_one(args, run, gpus=gpus, uuids=uuids, limit_s=min(run_limit_s(args), left),
-                                    workdir=pathlib.Path(workdir), flops_per_token=flops_per_token,
-                                    peak_flops=peak[1] if peak else None))
+            # The limit leaves the grace period a time-out takes to end the run's processes.
+            left = args.budget_s - (clock() - started) - GRACE_S
+            try:
+                if left < MIN_RUN_S:
+                    rows.append({**run._asdict(), "error": f"skipped: {max(left, 0):.0f} s of --budget-s left"})
+                else:
+                    rows.append(run_one(args, run, gpus=gpus, uuids=uuids, limit_s=min(run_limit_s(args), left),
+                                        workdir=pathlib.Path(workdir), flops_per_token=flops_per_token,
+                                        peak_flops=peak[1] if peak else None))
+            except Stopped as stop:
+                rows.append({**run._asdict(), "error": f"stopped by {stop}"})
             machine.update(wall_s=round(clock() - started, 1),
                            load_average_after=[round(value, 2) for value in os.getloadavg()])
             write_results(out, result, markdown_table(rows, title))
+            if rows[-1].get("error", "").startswith("stopped by"):
+                break
     return result
+
+
+class Stopped(Exception):
+    """A SIGTERM or SIGINT to the benchmark: the run in flight ends, the results so far are kept."""
+
+
+@contextlib.contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+    previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def bare_worker(args: argparse.Namespace) -> None:
@@ -458,6 +486,7 @@ def machine_description(gpus: int) -> tuple[dict[str, Any], list[str]]:
 
 
 def main(argv: list[str]) -> int:
+    started = time.monotonic()  # --budget-s counts torch's import and the model's FLOPs too
     args = parse_args(argv)
     if args.bare_worker:
         bare_worker(args)
@@ -474,7 +503,7 @@ def main(argv: list[str]) -> int:
     flops = flops_per_token(build_model(MODEL, num_classes=0, vocab_size=None), SEQ_LEN)
     machine, uuids = machine_description(gpus)
     peak = ("--peak-tflops", args.peak_tflops * 1e12) if args.peak_tflops else known_peak(machine["gpu"])
-    run_benchmark(args, gpus=gpus, uuids=uuids, machine=machine, flops_per_token=flops, peak=peak)
+    run_benchmark(args, gpus=gpus, uuids=uuids, machine=machine, flops_per_token=flops, peak=peak, started=started)
     print((pathlib.Path(args.out) / "gpu_bench.md").read_text(), end="")
     print(f"\n[gpu_bench] {args.out}/gpu_bench.json and gpu_bench.md", file=sys.stderr)
     return 0
