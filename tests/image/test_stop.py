@@ -34,12 +34,18 @@ def start_from_a_notebook_kernel(container, base_url: str) -> None:
     assert reply["status"] == "ok", reply
 
 
-def test_docker_stop_saves_training_started_over_ssh_in_tmux_with_exec_and_from_a_notebook(containers, tmp_path):
+def with_ssh_and_jupyterlab(containers):
+    """A healthy container with SSH (for a new key, which it returns too) and JupyterLab published."""
     key = generate_key()
     container = containers(options=["--publish", "127.0.0.1::2222", "--publish", "127.0.0.1::8888",
                                     "--env", f"SSH_AUTHORIZED_KEYS={public_line(key)}",
                                     "--env", f"JUPYTER_TOKEN={TOKEN}"])
     container.wait_until_healthy()
+    return container, key
+
+
+def test_docker_stop_saves_training_started_over_ssh_in_tmux_with_exec_and_from_a_notebook(containers, tmp_path):
+    container, key = with_ssh_and_jupyterlab(containers)
     with ssh_session(container.published_port(2222), key=key) as client:
         status, _, err = run(client, f"tmux new-session -d -s train {json.dumps(endless_run_command('tmux', 1))}")
         assert status == 0, err
@@ -114,11 +120,7 @@ def test_a_nohup_trainer_outlives_its_ssh_connection_and_its_terminal_and_saves_
     """`nohup python train_ddp.py ... &` over SSH, then the connection drops; the same typed into a
     JupyterLab terminal, then the Running panel shuts the terminal down. Each shell passes its hang-up
     on to its jobs, which `nohup` detached on purpose: both train on, and `docker stop` saves both."""
-    key = generate_key()
-    container = containers(options=["--publish", "127.0.0.1::2222", "--publish", "127.0.0.1::8888",
-                                    "--env", f"SSH_AUTHORIZED_KEYS={public_line(key)}",
-                                    "--env", f"JUPYTER_TOKEN={TOKEN}"])
-    container.wait_until_healthy()
+    container, key = with_ssh_and_jupyterlab(containers)
     with ssh_session(container.published_port(2222), key=key) as client:
         shell = client.invoke_shell()  # an interactive login shell on a terminal, as `ssh -p 2222` gives
         shell.send(f"{endless_run_command('ssh', None, detached=True)} &\n".encode())
