@@ -283,6 +283,7 @@ def load_newest_checkpoint(ckpt_dir: pathlib.Path, *, template: Callable[[], dic
     start). All ranks call this together: loading a sharded checkpoint is collective. Raises
     CheckpointReadError, moving nothing, when a checkpoint cannot be read but is not proven damaged.
     """
+    set_aside = 0
     for path in list_checkpoints_newest_first(ckpt_dir):
         try:
             state = read_checkpoint(path, template, check_config)
@@ -296,9 +297,13 @@ def load_newest_checkpoint(ckpt_dir: pathlib.Path, *, template: Callable[[], dic
                                           f"the mount) and run the same command to resume") from error
             if is_main:
                 move_aside(path, error)
+            set_aside += 1
             continue
         state["path"] = str(path)
         return state
+    if set_aside and is_main:
+        print(f"warning: no readable checkpoint left in {ckpt_dir} ({set_aside} set aside as *.corrupt): "
+              f"training starts afresh at step 0", flush=True)
     return None
 
 
@@ -356,9 +361,17 @@ def missing_shard(path: pathlib.Path) -> str | None:
     return None
 
 
+def damage(error: BaseException) -> str:
+    """What is wrong with a checkpoint that ERROR says is damaged, in a few words. Never torch's own advice
+    to load it with weights_only=False: that runs whatever code a damaged or planted file holds."""
+    if "weights_only" in str(error) or str(error).startswith("Weights only load failed"):
+        return "it holds more than tensors and plain values, which the safe loader refuses"
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
 def move_aside(path: pathlib.Path, error: BaseException) -> None:
     """Renames a damaged checkpoint (file or folder) to PATH.corrupt, with one line saying why."""
-    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    reason = damage(error)
     corrupt = path.with_name(f"{path.name}.corrupt")
     try:
         path.replace(corrupt)
