@@ -275,6 +275,8 @@ def check_token_file(path: pathlib.Path, *, seq_len: int, vocab_size: int, sampl
     if not path.is_file():
         return f"--data-file {path} is not a file"
     size = path.stat().st_size
+    if size == 0:
+        return f"--data-file {path} is empty; make it with prepare_text.py"
     if size % 2:
         return (f"--data-file {path} is not whole uint16 tokens ({size} bytes, an odd number); "
                 f"make it with prepare_text.py")

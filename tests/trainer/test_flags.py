@@ -66,6 +66,8 @@ BAD_VALUES = [
 BAD_COMBINATIONS = [
     ("", "--model gpt-tiny --seq-len 300", "--seq-len", "longer than gpt-tiny's context of 256 tokens"),
     ("printf abc > odd.bin", "--model gpt-tiny --data-file odd.bin", "--data-file", "not whole uint16 tokens"),
+    ("touch empty.bin", "--model gpt-tiny --data-file empty.bin", "--data-file", "empty.bin is empty; make it"),
+    ("printf ab > one.bin", "--model gpt-tiny --data-file one.bin", "--data-file", "holds 0 windows"),
     # token ids 0..299 as uint16: 300 is outside gpt-tiny's byte vocabulary
     ("python -c 'import numpy; numpy.arange(300, dtype=numpy.uint16).tofile(\"ids.bin\")'",
      "--model gpt-tiny --seq-len 8 --batch-size 2 --data-file ids.bin", "--data-file", "outside --vocab-size 256"),
