@@ -37,6 +37,7 @@ INDEX_TYPES = ", ".join(["application/vnd.oci.image.index.v1+json",
 TIMEOUT_S = 600
 CHUNK = 1 << 20
 MANIFEST_LIMIT = 4 << 20  # what registries accept for a manifest (distribution's default limit)
+TAG_PAGES_LIMIT = 1000  # a million tags, at the 1000 a page asked for
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
@@ -139,9 +140,16 @@ class Registry:
         return self.json_object(f"/blobs/{digest}", limit)[0]
 
     def tags(self) -> list[str]:
-        """Every tag of the repository, page by page (the registry's Link header names the next one)."""
-        found, url = [], "/tags/list?n=1000"
+        """Every tag of the repository, page by page (the registry's Link header names the next one). A page
+        named twice, or more than TAG_PAGES_LIMIT pages, is Malformed: a registry or proxy that links a page
+        to itself would otherwise keep this asking, and growing, for ever."""
+        found, url, seen = [], self.base + "/tags/list?n=1000", set()
         while url:
+            if url in seen or len(seen) >= TAG_PAGES_LIMIT:
+                why = "named the same page again" if url in seen else f"listed more than {TAG_PAGES_LIMIT} pages"
+                raise Malformed(f"{self.host}: the tags of {self.path} {why} ({url}); a proxy between here and the "
+                                f"registry may rewrite its Link header")
+            seen.add(url)
             page, _, headers = self.json_object(url, MANIFEST_LIMIT)
             tags = page.get("tags") or []
             if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
