@@ -53,6 +53,8 @@ CONTAINER_USER := dev
 # Every compose target names both files: the CPU override only drops the GPU reservation, so the
 # service, its volumes and its container are the same on either kind of host.
 COMPOSE_ANY_HOST := docker compose -f compose.yaml -f compose.cpu.yaml
+# How long `make up` waits for the container to be healthy (tools/wait_until_up.sh).
+UP_WAIT_S ?= 300
 
 ifeq ($(filter $(FLAVOR),gpu cpu),)
 $(error FLAVOR=$(FLAVOR) is not a flavor; use FLAVOR=gpu or FLAVOR=cpu)
@@ -65,7 +67,7 @@ TORCH_OF_FLAVORS = torch: CPU flavor $(TORCH_VERSION), GPU flavor $(NGC_TORCH_VE
 .PHONY: help
 help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables: FLAVOR=gpu|cpu VSCODE=1 IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE"
+	@echo "Variables: FLAVOR=gpu|cpu VSCODE=1 IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE UP_WAIT_S"
 	@echo "Versions (Dockerfile defaults): NGC_TAG=$(NGC_TAG) TORCH_VERSION=$(TORCH_VERSION) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE)"
 	@echo "$(TORCH_OF_FLAVORS)"
 
@@ -132,7 +134,7 @@ hub-build: ## Build the JupyterHub image of deploy/jupyterhub (one container of 
 	@echo "built $(HUB_IMAGE); start it with: docker compose -f deploy/jupyterhub/compose.yaml up -d"
 
 .PHONY: up
-up: ## Start the container with docker compose, or podman-compose where Podman runs and no Docker engine (GPUs only where the host has them)
+up: ## Start the container with docker compose, or podman-compose where Podman runs and no Docker engine (GPUs only where the host has them); with Docker, wait until it is healthy or has failed (UP_WAIT_S)
 	@if ! docker info >/dev/null 2>&1 && command -v podman >/dev/null; then \
 	  if command -v podman-compose >/dev/null; then compose=(podman-compose); else compose=(podman compose); fi; \
 	  if grep -qs 'nvidia.com/gpu' /etc/cdi/*.y*ml /var/run/cdi/*.y*ml; then \
@@ -151,7 +153,8 @@ up: ## Start the container with docker compose, or podman-compose where Podman r
 	  else echo "$$output" >&2; fi; \
 	  exit 1; \
 	fi; \
-	echo "$$output"
+	echo "$$output"; \
+	if [[ $${compose[0]} == docker ]]; then tools/wait_until_up.sh "$$("$${compose[@]}" ps --quiet dev)" "$(UP_WAIT_S)"; fi
 
 .PHONY: down
 down: ## Stop and remove the container (volumes with host keys and caches are kept)

@@ -9,6 +9,7 @@ by `make build`, and the host ports are free ones, since other tests run beside 
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -119,3 +120,22 @@ def test_quick_start_connecting_and_docker_stop_as_the_readme_says(checkout, ima
     assert checkpoints, f"no checkpoint in workspace/ckpt after docker stop:\n{container.logs()}"
     assert "your processes have exited" in container.logs() and "stopped cleanly" in container.logs()
     LIVE_CONTAINERS.pop(container.name, None)
+
+
+def test_the_quick_start_with_a_setting_start_up_refuses_fails_with_start_ups_line(checkout, image):
+    """As root, `PUID=$(id -u)` as the quick start says is 0, which start-up refuses: `make up` says so in
+    start-up's own line and exits non-zero, instead of exiting 0 over a container that restarts forever."""
+    assert shell("cp .env.example .env", checkout).returncode == 0
+    name, tag = image.rsplit(":", 1)
+    set_in_env_file(checkout / ".env", {
+        "PUID": "0", "IMAGE": name, "TAG": tag, "SSH_PORT": str(free_port()), "JUPYTER_PORT": str(free_port()),
+        "COMPOSE_PROJECT_NAME": f"pt-readme-{uuid.uuid4().hex[:8]}",
+    })
+    up = shell("make up", checkout)
+    assert up.returncode != 0, up.stdout + up.stderr
+    said = [line for line in up.stderr.splitlines() if line.startswith("make up: ")]
+    assert said[0].startswith("make up: the container did not start: [start] ERROR: PUID=0 ") and "id -u" in said[0], \
+        up.stdout + up.stderr
+    stopped = compose("ps", "--all", "--quiet", "dev", files=CPU_FILES, cwd=checkout).stdout.strip()
+    state = json.loads(docker("inspect", "--format", "{{json .State}}", stopped).stdout)
+    assert stopped and state["Status"] == "exited" and not state["Restarting"], state
