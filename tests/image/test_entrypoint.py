@@ -187,3 +187,17 @@ def test_a_limited_memlock_is_warned_about_only_where_rdma_devices_are(image):
     assert len(warnings) == 1 and "--ulimit memlock=-1" in warnings[0], with_rdma.stderr
     without_rdma = run_container_to_completion(image, command=["true"], options=limited)
     assert "memlock" not in without_rdma.stderr, without_rdma.stderr
+
+
+def test_a_login_shell_of_docker_exec_under_any_uid_gets_its_writable_home(containers):
+    """`docker exec --user UID:GID` gets HOME=/, which that uid cannot write: a login shell there uses the
+    home start-up gave the uid, so user-packages sets up its environment instead of falling back."""
+    container = containers(command=["sleep", "infinity"], options=["--user", "54321:54321", "--shm-size=1g"])
+    container.wait_until_started()
+    assert container.run("echo $HOME", user="54321:54321").stdout.strip() == "/"  # what docker exec gives
+    shell = container.run("bash -lc 'echo home=$HOME; test -w $HOME && echo writable=yes; "
+                          "echo python=$(command -v python)'", user="54321:54321")
+    said = dict(line.split("=", 1) for line in shell.stdout.splitlines() if "=" in line)
+    assert (said.get("home"), said.get("writable")) == ("/tmp/home-54321", "yes"), shell.stdout + shell.stderr
+    assert said["python"].startswith("/tmp/home-54321/.cache/user-packages/"), shell.stdout + shell.stderr
+    assert "cannot set up" not in shell.stderr, shell.stderr

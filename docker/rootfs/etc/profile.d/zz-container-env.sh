@@ -10,11 +10,20 @@ elif [ -r "/proc/$$/environ" ]; then
   [ -n "$container_start_path" ] && PATH=$container_start_path && export PATH
   unset container_start_path
 fi
-# `docker exec` and `kubectl exec` give a uid without a passwd entry (OpenShift's) HOME=/, which it cannot
-# write; the image's home is group 0's with the owner's rights, so such a uid in group 0 can.
-if [ ! -w "${HOME:-/}" ] && [ -w "/home/${CONTAINER_USER:-dev}" ]; then
-  HOME=/home/${CONTAINER_USER:-dev}
+# `docker exec` and `kubectl exec` give a uid without a passwd entry (OpenShift's, `--user UID:GID`) HOME=/,
+# which it cannot write. The image's home is group 0's with the owner's rights, so such a uid in group 0
+# can write it; any other uid gets the home start-up gives it (start/user.sh), /tmp/home-UID, made now
+# if need be: a folder of its own, never one someone else made or a link planted there.
+if [ ! -w "${HOME:-/}" ]; then
+  container_home=/tmp/home-$(id -u)
+  if [ -w "/home/${CONTAINER_USER:-dev}" ]; then
+    HOME=/home/${CONTAINER_USER:-dev}
+  elif { mkdir -m 0700 "$container_home" 2>/dev/null || [ -d "$container_home" ]; } &&
+       [ ! -L "$container_home" ] && [ -O "$container_home" ]; then
+    HOME=$container_home
+  fi
   export HOME
+  unset container_home
 fi
 # Root installs into the image itself (CI job containers, derived images); everyone else into a
 # persisted environment of their own that sees the image's packages (docs/editors.md).
