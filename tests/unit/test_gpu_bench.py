@@ -151,8 +151,8 @@ def test_only_samples_taken_while_the_measured_steps_went_count(tmp_path, monkey
     lines = tmp_path / "run.jsonl"
     with gpu_bench.GpuSampler(["GPU-1234"], lines, every_s=0.02, watch_every_s=0.01) as sampler:
         time.sleep(0.3)                                    # start-up, compile: idle
+        nvml.busy = True                                   # busy before the warm-up's line marks the start
         append(lines, {"step": 50, "tokens_per_sec": 1.0})  # the warm-up ends
-        nvml.busy = True
         time.sleep(0.15)
         append(lines, {"step": 100, "tokens_per_sec": 2.0})
         time.sleep(0.15)
