@@ -154,7 +154,7 @@ up: ## Start the container with docker compose, or podman-compose where Podman r
 	  exit 1; \
 	fi; \
 	echo "$$output"; \
-	if [[ $${compose[0]} == docker ]]; then tools/wait_until_up.sh "$$("$${compose[@]}" ps --quiet dev)" "$(UP_WAIT_S)"; fi
+	if [[ $${compose[0]} == docker ]]; then tools/wait_until_up.sh "$$("$${compose[@]}" ps --all --quiet dev)" "$(UP_WAIT_S)"; fi
 
 .PHONY: down
 down: ## Stop and remove the container (volumes with host keys and caches are kept)

@@ -201,3 +201,9 @@ def test_a_login_shell_of_docker_exec_under_any_uid_gets_its_writable_home(conta
     assert (said.get("home"), said.get("writable")) == ("/tmp/home-54321", "yes"), shell.stdout + shell.stderr
     assert said["python"].startswith("/tmp/home-54321/.cache/user-packages/"), shell.stdout + shell.stderr
     assert "cannot set up" not in shell.stderr, shell.stderr
+
+    # A uid start-up never saw gets its home made now; one whose /tmp/home-UID someone planted (a link to
+    # a folder of theirs) keeps HOME=/ rather than writing where the planter reads.
+    assert container.run("bash -lc 'echo $HOME'", user="23456:23456").stdout.split()[-1] == "/tmp/home-23456"
+    assert container.run("mkdir /tmp/planted && ln -s /tmp/planted /tmp/home-34567", user="root").rc == 0
+    assert container.run("bash -lc 'echo $HOME'", user="34567:34567").stdout.split()[-1] == "/"

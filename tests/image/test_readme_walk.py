@@ -89,7 +89,7 @@ def test_quick_start_connecting_and_docker_stop_as_the_readme_says(checkout, ima
         "IMAGE": name, "TAG": tag, "SSH_PORT": str(ssh_port), "JUPYTER_PORT": str(jupyter_port),
         "COMPOSE_PROJECT_NAME": f"pt-readme-{uuid.uuid4().hex[:8]}",
     })
-    up = shell("make up", checkout)
+    up = shell("make up", checkout, timeout=420)  # make up waits up to UP_WAIT_S (300 s) for a healthy container
     assert up.returncode == 0, up.stdout + up.stderr
 
     container = service_container("dev", CPU_FILES, cwd=checkout)
@@ -131,7 +131,7 @@ def test_the_quick_start_with_a_setting_start_up_refuses_fails_with_start_ups_li
         "PUID": "0", "IMAGE": name, "TAG": tag, "SSH_PORT": str(free_port()), "JUPYTER_PORT": str(free_port()),
         "COMPOSE_PROJECT_NAME": f"pt-readme-{uuid.uuid4().hex[:8]}",
     })
-    up = shell("make up", checkout)
+    up = shell("make up", checkout, timeout=420)
     assert up.returncode != 0, up.stdout + up.stderr
     said = [line for line in up.stderr.splitlines() if line.startswith("make up: ")]
     assert said[0].startswith("make up: the container did not start: [start] ERROR: PUID=0 ") and "id -u" in said[0], \
