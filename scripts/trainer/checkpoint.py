@@ -364,9 +364,13 @@ def missing_shard(path: pathlib.Path) -> str | None:
 def damage(error: BaseException) -> str:
     """What is wrong with a checkpoint that ERROR says is damaged, in a few words. Never torch's own advice
     to load it with weights_only=False: that runs whatever code a damaged or planted file holds."""
-    if "weights_only" in str(error) or str(error).startswith("Weights only load failed"):
-        return "it holds more than tensors and plain values, which the safe loader refuses"
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
+    text = str(error)
+    if "weights_only" in text or text.startswith("Weights only load failed"):
+        # torch wraps whatever its safe loader refused (a planted object, a garbled pickle) in that advice;
+        # the first sentence of the loader's own error says what it found.
+        found = re.search(r"WeightsUnpickler error: ([^\n]*?)(?:\.\s|\.?$)", text, re.M)
+        return "the safe loader refused it" + (f": {found.group(1).strip()}" if found else "")
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def move_aside(path: pathlib.Path, error: BaseException) -> None:

@@ -22,8 +22,10 @@ def test_every_checkpoint_damaged_sets_each_aside_and_says_training_starts_afres
     assert state is None
     lines = capsys.readouterr().out.strip().splitlines()
     assert "weights_only" not in "\n".join(lines) and len(lines) == 3, lines
-    assert lines[0].startswith(f"warning: checkpoint {tmp_path}/step_000004.pt is unreadable (it holds more than "
-                               f"tensors and plain values, which the safe loader refuses); moved"), lines
+    assert lines[0].startswith(f"warning: checkpoint {tmp_path}/step_000004.pt is unreadable (the safe loader "
+                               f"refused it: Unsupported global: GLOBAL {__name__}.NotATensor was not an allowed "
+                               f"global by default); moved"), lines
+    assert lines[1].startswith(f"warning: checkpoint {tmp_path}/step_000002.pt is unreadable ("), lines
     assert lines[-1] == (f"warning: no readable checkpoint left in {tmp_path} (2 set aside as *.corrupt): "
                          f"training starts afresh at step 0")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["step_000002.pt.corrupt", "step_000004.pt.corrupt"]
