@@ -6,7 +6,7 @@
 # A setting that start-up refuses (PUID=0, a key sshd cannot use, ...) ends the container with start-up's
 # own line, and compose's `restart: unless-stopped` would start it again every few seconds behind a
 # `make up` that exited 0. Here such a container (one that exits, or restarts while this waits) is
-# stopped, start-up's line is printed, and the exit status is 1, so `make build up` fails where the
+# stopped, start-up's newest line is printed, and the exit status is 1, so `make build up` fails where the
 # mistake is. A container that is only slow (the first start of a new PUID re-owns the cache volume) or
 # unhealthy is left running: this says so in one line and exits 1. Exit status: 0 healthy, or running
 # without a healthcheck; 1 otherwise.
@@ -31,11 +31,11 @@ fi
 read -r _ restarts_before _ <<<"$initial"
 
 stop_and_say_why() {
-  local since reason
-  since=$(docker inspect --format '{{.State.StartedAt}}' "$container")
-  # Start-up's line of the last start only: a reused container's log holds its earlier runs too.
-  reason=$(docker logs --since "$since" "$container" 2>&1 | grep -E '^\[start\] ERROR' | tail -n 1 || true)
+  local reason
   docker stop --time 5 "$container" >/dev/null 2>&1 || true
+  # The newest of start-up's lines. Not only the last start's: a start caught restarting has often not
+  # written its line yet. Compose recreates the container when .env changes, so these are this setting's.
+  reason=$(docker logs --tail 200 "$container" 2>&1 | grep -E '^\[start\] ERROR' | tail -n 1 || true)
   echo "make up: the container did not start${reason:+: $reason}" >&2
   [[ -n $reason ]] || docker logs --tail 10 "$container" 2>&1 | sed 's/^/  /' >&2
   echo "make up: the container is stopped; fix .env (or what the line names) and run make up again" >&2
