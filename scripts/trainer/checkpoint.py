@@ -20,7 +20,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -47,7 +47,13 @@ def list_checkpoints_newest_first(ckpt_dir: pathlib.Path) -> list[pathlib.Path]:
 
 
 def save_checkpoint_atomically(state: dict[str, Any], path: pathlib.Path) -> None:
-    """Writes STATE to PATH so that a crash at any moment leaves either no file or a complete one.
+    """Writes STATE to PATH so that a crash at any moment leaves either no file or a complete one
+    (write_atomically)."""
+    write_atomically(path, lambda file: torch.save(state, file))
+
+
+def write_atomically(path: pathlib.Path, write_to: Callable[[BinaryIO], object]) -> None:
+    """Writes PATH through WRITE_TO so that a crash at any moment leaves either no file or a complete one.
 
     The temporary file gets a fresh random name and is created exclusively (O_EXCL), so a file or a
     symlink someone planted in a shared checkpoint folder is never opened, let alone written through.
@@ -62,7 +68,7 @@ def save_checkpoint_atomically(state: dict[str, Any], path: pathlib.Path) -> Non
         raise
     try:
         with os.fdopen(descriptor, "wb") as file:
-            torch.save(state, file)
+            write_to(file)
             file.flush()
             os.fsync(file.fileno())  # the bytes are on disk before the name points at them
         os.replace(temporary, path)

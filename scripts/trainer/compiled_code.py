@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 import platform
-import secrets
 
 import torch
+
+from trainer.checkpoint import CheckpointWriteError, os_error_cause, write_atomically
 
 HEADER_LIMIT = 4096  # the JSON line before the artifacts
 
@@ -90,15 +90,11 @@ def save_compiled_code(path: pathlib.Path, device: torch.device) -> str | None:
         return None
     artifacts = saved[0]
     header = json.dumps({"identity": build_identity(device), "sha256": hashlib.sha256(artifacts).hexdigest()})
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(temporary, "wb") as file:
-            file.write(header.encode() + b"\n" + artifacts)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        return (f"train_ddp.py: warning: cannot write the compiled code to {path} ({error.strerror}); "
+    try:  # as a checkpoint is written: never through a planted link, never half
+        write_atomically(path, lambda file: file.write(header.encode() + b"\n" + artifacts))
+    except (CheckpointWriteError, OSError) as error:
+        cause = os_error_cause(error)
+        why = cause.strerror if cause else error
+        return (f"train_ddp.py: warning: cannot write the compiled code to {path} ({why}); "
                 f"a resume elsewhere compiles afresh")
     return f"compiled code saved to {path} ({len(artifacts) / 2**20:.1f} MiB) for a warm resume"
