@@ -22,7 +22,6 @@ venv of `make test-unit` has the image's torch), or on a GPU machine (then the m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import shutil
@@ -32,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from gpu_bench import read_lines  # the metrics file's JSON lines, a half-written one skipped
 
 SCRIPTS_DIR = pathlib.Path(__file__).resolve().parent
 WAYS = ("same cache", "artifacts", "cold")
@@ -58,16 +59,7 @@ def trainer_command(args: argparse.Namespace, ckpt_dir: pathlib.Path, max_steps:
 
 def records(ckpt_dir: pathlib.Path) -> list[dict]:
     """The trainer's metrics records so far; a line still being written is not one yet."""
-    path = ckpt_dir.with_suffix(".jsonl")
-    found = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "step" in record:
-            found.append(record)
-    return found
+    return [record for record in read_lines(ckpt_dir.with_suffix(".jsonl")) if "step" in record]
 
 
 def first_run(args: argparse.Namespace, ckpt_dir: pathlib.Path, cache: pathlib.Path) -> tuple[dict, float]:

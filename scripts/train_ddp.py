@@ -177,8 +177,9 @@ def first_step_done(first: FirstStep, state: TrainingState, reporter: MetricsRep
     saved; not while a stop signal waits, whose grace period the save would take from."""
     if state.placement.is_main:
         print(first.line(), flush=True)
-    reporter.add_to_next_record(first.record())
-    prometheus.first_step_done(first.record())
+    figures = first.record()
+    reporter.add_to_next_record(figures)
+    prometheus.first_step_done(figures)
     if state.args.compile and not stop.received:
         checkpointer.save_compiled_code(compiled_anything=first.compile.misses > 0)
 
