@@ -32,9 +32,10 @@ if [[ $(major_of "$version") != "$REQUIRED_MAJOR" ]]; then
   log "Debian $NEXT_DEBIAN_RELEASE's cosign is $version, not $REQUIRED_MAJOR.x: install cosign $REQUIRED_MAJOR.x by hand"
   exit 1
 fi
-dpkg -x "$work"/cosign_*.deb "$work/root"
-"$work/root/usr/bin/cosign" version >/dev/null
-install -m 0755 "$work/root/usr/bin/cosign" "$COSIGN"
+unpacked=$work/unpacked  # the package's files, under the temporary folder
+dpkg -x "$work"/cosign_*.deb "$unpacked"
+"$unpacked/usr/bin/cosign" version >/dev/null
+install -m 0755 "$unpacked/usr/bin/cosign" "$COSIGN"
 mkdir -p "$(dirname "$COSIGN_VERSION_FILE")"
 echo "$version" >"$COSIGN_VERSION_FILE"
 log "ready: cosign $version"

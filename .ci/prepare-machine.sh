@@ -56,8 +56,8 @@ install_cli_plugins() {
   work=$(mktemp -d)
   (cd "$work" && download_from_next_release docker-buildx docker-compose)
   mkdir -p "$PLUGIN_DIR"
-  for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/root"; done
-  install -m 0755 "$work"/root/usr/libexec/docker/cli-plugins/* "$PLUGIN_DIR/"
+  for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/unpacked"; done
+  install -m 0755 "$work"/unpacked/usr/libexec/docker/cli-plugins/* "$PLUGIN_DIR/"
   rm -rf "$work"
 }
 
