@@ -19,8 +19,6 @@ for step_library in /usr/local/lib/container/start/*.sh; do
 done
 
 readonly USER_HOOKS_DIR=/etc/container/start.d
-readonly RUN_DIR=/run/container
-readonly SETTINGS_FILE=$RUN_DIR/settings.json
 readonly SUPERVISOR=/usr/local/lib/container/supervisor.py
 readonly IMAGE_PYTHON_RECORD=/usr/local/lib/container/image-python  # written at build (Dockerfile)
 
@@ -102,18 +100,17 @@ report_hook_that_ended_start_up() {
   local status=$1 hook=$RUNNING_HOOK
   ((FATAL_REPORTED)) && return
   if ((status == 0)); then
-    printf '[start] ERROR: start-up hook %s called exit, which ends start-up; make it return instead\n' "$hook" >&2
+    printf '%s ERROR: start-up hook %s called exit, which ends start-up; make it return instead\n' "$LOG_PREFIX" "$hook" >&2
     exit "$CONTAINER_EXIT_BAD_CONFIG"
   fi
-  printf '[start] ERROR: start-up hook %s failed (exit status %s); fix it or remove it from %s\n' \
-    "$hook" "$status" "$USER_HOOKS_DIR" >&2
+  printf '%s ERROR: start-up hook %s failed (exit status %s); fix it or remove it from %s\n' \
+    "$LOG_PREFIX" "$hook" "$status" "$USER_HOOKS_DIR" >&2
 }
 
 # A restarted container keeps its files: what the last start recorded is stale until this one is done.
 # The folder is writable by any uid (docker run --user runs start-up as that uid), so whatever a user left
 # under these names (a folder, a link) goes too; no process of the user's runs yet to race it.
-rm -rf -- "$RUN_DIR/started" "$RUN_DIR/services" "$RUN_DIR/stopping" "$RUN_DIR/stop" "$RUN_DIR/jupyter-url" \
-  "$RUN_DIR/jupyter-checked" "$SETTINGS_FILE"
+rm -rf -- "$STARTED_FILE" "$SERVICES_FILE" "$STOP_DIR" "$JUPYTER_URL_FILE" "$SETTINGS_FILE"
 run_core_steps
 run_user_hooks
 # How this container runs, in one line (docs/how-it-runs.md has the table of what each part means).
@@ -128,9 +125,9 @@ else
 fi
 # The stop's marker lives in a folder of the supervisor's own uid, where no other user can make one. Made
 # after the core steps, which name the tmpfs a read-only root needs here.
-mkdir -m 0755 "$RUN_DIR/stop"
+mkdir -m 0755 "$STOP_DIR"
 write_resolved_settings "$SETTINGS_FILE"
 # The supervisor (docs/how-it-runs.md) starts the services or the command, each in a session of its
-# own, touches $RUN_DIR/started, and stops the container on SIGTERM. The image's own Python, with the
+# own, touches $STARTED_FILE, and stops the container on SIGTERM. The image's own Python, with the
 # standard library only: no package of the user's can break it.
 exec "$(<"$IMAGE_PYTHON_RECORD")" -I -S "$SUPERVISOR" "$SETTINGS_FILE" -- "$@"

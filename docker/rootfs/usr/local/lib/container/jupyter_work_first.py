@@ -3,7 +3,7 @@
 Loaded by /etc/jupyter/jupyter_server_config.py. JupyterLab's File > Shut Down deletes every session and
 terminal, then posts /api/shutdown; on its own each of those would end the work inside at once: a
 terminal's shell and its jobs get SIGHUP, a busy kernel gets SIGINT, SIGTERM 2.5 s later and SIGKILL at 5 s.
-So here, as in the container's stop (stop_policy.py):
+So here, as in the container's stop (stop_policy.py decides: terminal_close, kernel_close):
   - shutting down a terminal first sends SIGTERM to the work its close would hang up on (torchrun's
     workers rather than torchrun; not a `nohup` or `setsid` job, which outlives the terminal) and waits
     up to STOP_TIMEOUT for it to end; then the terminal closes as before;
@@ -37,57 +37,24 @@ if CONTAINER_LIB not in sys.path:
     sys.path.append(CONTAINER_LIB)
 import process_table  # noqa: E402
 import stop_policy  # noqa: E402
+from run_folder import STOPPING, stop_timeout_s  # noqa: E402
 
-STOPPING = "/run/container/stop/stopping"  # supervisor.py's mark_stopping: the container's stop has begun
 POLL_S = 0.2
-DEFAULT_STOP_TIMEOUT_S = 25
 
 
-def stop_timeout_s() -> int:
-    """The container's STOP_TIMEOUT: how long the stop waits for work, here as in docker stop."""
-    try:
-        return max(1, int(os.environ.get("STOP_TIMEOUT", DEFAULT_STOP_TIMEOUT_S)))
-    except ValueError:
-        return DEFAULT_STOP_TIMEOUT_S
-
-
-def first_signals_below(root: int) -> tuple[stop_policy.Table, tuple[int, ...]]:
-    """The process table below ROOT, and what the container's stop would signal first of the user's work
-    there (stop_policy.py)."""
-    below_root = stop_policy.Container(root, frozenset(), own_pid_namespace=False)
-    table = process_table.snapshot(below_root)
-    return table, stop_policy.plan_signals(table, below_root).signal
+def below(root: int) -> stop_policy.Table:
+    return process_table.snapshot(stop_policy.Container.below(root))
 
 
 def terminal_work(shell: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """What a terminal's close stops first, and what it waits for: of the stop policy's choice below its
-    shell, what belongs to a job the close's hang-up would reach (one in the shell's session that does not
-    ignore SIGHUP; torchrun passes it on to its workers, whatever their session); and those jobs
-    themselves, whose launcher (torchrun, after its workers saved) would die of the hang-up if the
-    terminal closed before it exited. A `nohup` or `setsid` job outlives the terminal, as it always did."""
-    def reached(job: int) -> bool:
-        stat = process_table.read_stat(str(job))
-        return stat is not None and stat[4] == shell and not process_table.ignores(job, signal.SIGHUP)
-    table, first = first_signals_below(shell)
-    jobs = {pid for pid, process in table.items() if process.parent == shell and reached(pid)}
-    signalled = tuple(pid for pid in first
-                      if pid in jobs or any(stop_policy.descends_from(table, pid, job) for job in jobs))
-    return signalled, tuple(sorted(jobs)) if signalled else ()
+    """What a terminal's close stops first and waits for (stop_policy.terminal_close)."""
+    return stop_policy.terminal_close(below(shell), shell, lambda job: process_table.ignores(job, signal.SIGHUP))
 
 
 def kernel_work(server: int, kernel: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """What a busy kernel's shutdown stops first: the stop policy's choice in the kernel's subtree (the
-    workers of a `!torchrun`, the kernel itself for a loop in a cell), the kernel only if its cell
-    handles SIGTERM. A loop that does not keeps JupyterLab's own way, SIGINT first, which a loop that saves
-    on KeyboardInterrupt relies on."""
-    table, first = first_signals_below(server)
-
-    def ours(pid: int) -> bool:
-        if pid == kernel:
-            return process_table.handles(pid, signal.SIGTERM)
-        return stop_policy.descends_from(table, pid, kernel)
-    signalled = tuple(pid for pid in first if ours(pid))
-    return signalled, signalled
+    """What a busy kernel's shutdown stops first and waits for (stop_policy.kernel_close)."""
+    first = stop_policy.kernel_close(below(server), server, kernel, process_table.handles(kernel, signal.SIGTERM))
+    return first, first
 
 
 async def wait_until(done, seconds: float) -> bool:
@@ -120,13 +87,14 @@ class WorkFirst:
             return
         if not pids:
             return
+        timeout_s = stop_timeout_s()
         process_table.signal_each(signal.SIGTERM, pids)
         self.log.info(f"{what}: SIGTERM to the work running in it first ({' '.join(map(str, pids))}); "
-                      f"closing it once that has ended, or in {stop_timeout_s()} s")
+                      f"closing it once that has ended, or in {timeout_s} s")
         done = ended or (lambda: not any(process_table.is_alive(pid) for pid in (*pids, *awaited)))
-        if not await wait_until(done, stop_timeout_s()):
+        if not await wait_until(done, timeout_s):
             self.left_running.append(f"{what}: {' '.join(map(str, pids))}")
-            self.log.warning(f"{what}: its work still runs after {stop_timeout_s()} s; closing it now")
+            self.log.warning(f"{what}: its work still runs after {timeout_s} s; closing it now")
 
 
 def stop_work_before_closing_terminals(serverapp, work_first: WorkFirst) -> None:

@@ -14,7 +14,9 @@ Two ways in, one rule:
 import os
 import sys
 
-STOPPING = "/run/container/stop/stopping"  # supervisor.py's mark_stopping
+# run_folder.STOPPING, the stop's marker (stop.py's mark_stopping), copied: this file runs in the user's
+# own Python, which must not import the container's modules (tests/unit/test_run_folder.py keeps it equal).
+STOPPING = "/run/container/stop/stopping"
 
 
 def end_the_kernel_when_the_container_stops(_result=None):

@@ -1,13 +1,15 @@
 # The one log helper of the entrypoint and its start-up hooks. Every line names its level, and a fatal
 # line says what is wrong and what to do, then exits non-zero (the container does not start).
+# shellcheck source=docker/rootfs/usr/local/lib/container/run_folder.sh
+source /usr/local/lib/container/run_folder.sh
 readonly CONTAINER_EXIT_BAD_CONFIG=2
 # Set once a fatal line is out, so the entrypoint adds no second line for the same stop (it reads it).
 # shellcheck disable=SC2034
 FATAL_REPORTED=0
-log_info() { printf '[start] %s\n' "$*" >&2; }
-log_warn() { printf '[start] WARNING: %s\n' "$*" >&2; }
+log_info() { printf '%s %s\n' "$LOG_PREFIX" "$*" >&2; }
+log_warn() { printf '%s WARNING: %s\n' "$LOG_PREFIX" "$*" >&2; }
 fatal() {
-  printf '[start] ERROR: %s\n' "$*" >&2
+  printf '%s ERROR: %s\n' "$LOG_PREFIX" "$*" >&2
   # shellcheck disable=SC2034
   FATAL_REPORTED=1
   exit "$CONTAINER_EXIT_BAD_CONFIG"

@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable
 from typing import TypeVar
 
+import process_tree
 import stop_policy
 
 T = TypeVar("T")
@@ -65,14 +66,10 @@ def read_command(pid: int) -> str:
 
 def descends_from(pid: int, ancestor: int) -> bool:
     """Whether PID is ANCESTOR's descendant now, by the parents in /proc (stat only, any owner's)."""
-    for _ in range(stop_policy.MAX_DEPTH):
-        stat = read_stat(str(pid))
-        if stat is None:
-            return False
-        pid = stat[0]
-        if pid == ancestor:
-            return True
-    return False
+    def parent_of(up: int) -> int | None:
+        stat = read_stat(str(up))
+        return None if stat is None else stat[0]
+    return process_tree.descends(parent_of, pid, ancestor)
 
 
 def is_alive(pid: int) -> bool:
@@ -209,7 +206,7 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
     PIPES, the stdin of each top of the user's work, and where one is a pipe, every work's outputs.
     Most processes need only their stat: at 5,000 processes each further read per process is felt in
     how soon the stop signals (BENCHMARKS.md, "The resident supervisor")."""
-    rows: dict[int, tuple[int, str, int, int]] = {}
+    rows: dict[int, tuple[int, str, int, int]] = {}  # parent, name, session, terminal
     table: stop_policy.Table = {}
     owners: dict[int, tuple[int, int]] = {}
     for entry in os.listdir("/proc"):
@@ -234,9 +231,10 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
     details.update((pid, (None, command))
                    for pid, command in read_as_owners(below_kernels, read_command, owners).items())
     hosts = terminal_hosts(rows, owners)
-    for pid, (parent, name, _, _) in rows.items():
+    for pid, (parent, name, session, terminal) in rows.items():
         program, command = details.get(pid, (None, ""))
-        table[pid] = stop_policy.Process(pid, parent, name, program, command, holds_terminal=pid in hosts)
+        table[pid] = stop_policy.Process(pid, parent, name, program, command, holds_terminal=pid in hosts,
+                                         session=session, terminal=terminal)
     if not pipes:
         return table
     work = stop_policy.user_work(table, container)
@@ -247,5 +245,6 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
     for pid in stdin.keys() | outputs.keys():
         row = table[pid]  # built again rather than dataclasses.replace(), which costs twice as much
         table[pid] = stop_policy.Process(pid, row.parent, row.name, row.program, row.command, row.kernel_thread,
-                                         stdin.get(pid), outputs.get(pid, frozenset()), row.holds_terminal)
+                                         stdin.get(pid), outputs.get(pid, frozenset()), row.holds_terminal,
+                                         row.session, row.terminal)
     return table

@@ -1,44 +1,34 @@
-"""What the container's stop signals, decided over a snapshot of the process table (pure functions).
+"""Every decision of the container's stop, as pure functions over a snapshot of the process table
+(process_table.py reads it; the executor, stop.py, only snapshots, asks, signals, waits and logs).
 
-`docker stop` reaches the supervisor alone: the services and the user's work run in sessions of their
-own. The supervisor (supervisor.py) stops the container in three steps, and this module decides them:
-  1. SIGTERM to the top of each piece of the user's work: a process whose parent holds a session (sshd,
-     a shell, tmux, screen, JupyterLab, a notebook kernel, the supervisor), is outside the container (the
-     parent of `docker exec`), or is gone. Not to the holders: a holder that ends makes its terminal send
-     SIGHUP to the jobs in it, which would kill a trainer in the middle of its checkpoint. Not to what
-     runs below a top: a trainer stops its own DataLoader workers. Two exceptions:
-     - torchrun's workers get the signal instead of torchrun (also below a wrapper such as our
-       manifests' torchrun_node.py): torch's agent turns a SIGTERM of its own into exit status 1 even
-       when every worker saved (docs/torch-workarounds.md, "torchrun exits 1 on SIGTERM").
-     - a reader at the end of a pipeline (`torchrun ... | grep -v x | tee log`, whatever the program) is
-       left to end at the end of its input: the pipeline's exit status is its last stage's, and a reader
-       signalled with its writers ends it with 143. A reader is a top whose stdin is a pipe that other
-       work writes; one still running READER_DRAIN_S after its writers are gone does not end at the end
-       of its input (a trainer fed by `yes |`), and is signalled then.
-     A process of any name that holds a terminal with work in it (script(1), an editor's terminal
-     server) is not signalled, nor the work above it, until that work has ended (holding_terminals).
-     A notebook kernel holds a session for what its cells start (`!torchrun`, `subprocess.Popen`), and
-     is work itself: a cell may run the training loop in the kernel. So it gets its SIGTERM once only its
-     own forks (a DataLoader's workers) run below it (free_kernels); in a cell that handles SIGTERM the loop saves, and the kernel then
-     ends when its cell does (kernel_stop.py), where JupyterLab would have shut it down in 2 s.
-  2. Wait for the user's work, up to STOP_TIMEOUT. Work whose top exits first (a launcher that does not
-     pass SIGTERM on: `flock`, a sweep script's subprocess.run) has a new top, signalled in its turn.
-  3. The work still running below what ignored its SIGTERM is signalled as in step 1, tops first (TOLD);
-     then SIGTERM to everything left, the services included, and wait for all of it.
-signal_meaning and sent_from_inside decide what a signal sent to the supervisor means, and whether it
-came from the runtime at all.
-Holders are told by their executable, which no process can rename: `setproctitle` and `exec -a` change
-only the name and the command line. Where the executable cannot be read (sshd's session process drops
-its privileges without an exec), the name decides. The Jupyter servers and notebook kernels are Python
-programs: the supervisor's own service is known by its PID, the others by their command line.
-Without a PID namespace of its own (Apptainer, `docker run --pid=host`) only the supervisor's
-descendants count: the host's processes and kernel threads are never signalled.
+docs/how-it-runs.md, "The stop's rules", lists each rule in plain words with the one function here that
+decides it; tests/unit/test_stop_policy.py and test_stop_progress.py hold them on tables written by hand.
+In short: `docker stop` reaches the supervisor alone, and the stop goes in three steps:
+  1. SIGTERM to the top of each piece of the user's work (look), never to what holds a session (is_holder),
+     with torchrun's workers instead of torchrun, pipeline readers left to drain (drain), terminals with
+     work in them held (holding_terminals), and a notebook kernel once only its own forks run below it
+     (free_kernels);
+  2. wait up to STOP_TIMEOUT, looking again for new tops as work exits (look, with the Progress so far);
+  3. SIGTERM to the work still running below what ignored its SIGTERM, tops first (look, past_the_timeout),
+     then to everything left (everything_left), shells hung up (shells).
+JupyterLab's own closes of a terminal or a busy kernel choose the same way (terminal_close, kernel_close);
+and what ended with a service rather than by the stop is named (lost_with_a_holder). What a signal sent
+to the supervisor means is decided in signal_policy.py.
+Holders are told by their executable, which no process can rename; where it cannot be read (sshd's session
+process drops its privileges without an exec), by name. Without a PID namespace of its own (Apptainer,
+`--pid=host`) only the supervisor's descendants count.
 """
 from __future__ import annotations
 
 import dataclasses
 import re
 import signal
+from collections.abc import Callable, Mapping
+
+from process_tree import children_of as _children_by_parent
+from process_tree import descendants, descends
+# What a signal to the supervisor means is decided beside the stop; its tests hold it with the stop's.
+from signal_policy import asked_by_a_service, sent_from_inside, signal_meaning  # noqa: F401
 
 # Programs that hold sessions open (basenames of /proc/PID/exe). The Jupyter servers and notebook
 # kernels are Python programs, told by their command line (JUPYTER_COMMAND).
@@ -60,8 +50,8 @@ TORCHRUN_COMMAND = re.compile(r"(/torchrun|torch\.distributed\.run|torch/distrib
 # Names of programs that may be a Python program: only theirs is the command line worth reading.
 PYTHON_NAMES = ("python", "pt_elastic", "torchrun", "jupyter", "ipykernel")
 READER_DRAIN_S = 5.0
-# A chain of parents longer than this is a loop in a table read while processes came and went.
-MAX_DEPTH = 64
+
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +59,8 @@ class Process:
     """One row of /proc. program: the basename of its executable, None where it could not be read.
     command: its command line, read for Python programs only. stdin, outputs: the pipes on fd 0 and on
     fds 1 and 2 ("pipe:[1234]"). holds_terminal: it holds the master of a terminal in which another
-    session runs (script(1), an editor's terminal server, a web terminal)."""
+    session runs (script(1), an editor's terminal server, a web terminal). session, terminal: its session's
+    leader and its controlling terminal's device number (0: none), as /proc/PID/stat gives them."""
     pid: int
     parent: int
     name: str
@@ -79,18 +70,36 @@ class Process:
     stdin: str | None = None
     outputs: frozenset[str] = frozenset()
     holds_terminal: bool = False
+    session: int = 0
+    terminal: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
 class Container:
-    """What the supervisor knows of itself: its PID, the services it started, its PID namespace."""
+    """What the stop knows of the container: the supervisor's PID, the services it started, whether it has
+    a PID namespace of its own. root: where set, only that process's descendants count (Container.below)."""
     supervisor: int
     services: frozenset[int] = frozenset()
     own_pid_namespace: bool = True
+    root: int | None = None
+
+    @classmethod
+    def below(cls, root: int) -> Container:
+        """The processes below ROOT, as a Jupyter server sees the work in one of its terminals or kernels."""
+        return cls(supervisor=0, root=root)
+
+    @property
+    def counted_below(self) -> int | None:
+        """The process whose descendants alone count: ROOT, or the supervisor without a PID namespace."""
+        if self.root is not None:
+            return self.root
+        return None if self.own_pid_namespace else self.supervisor
 
 
 Table = dict[int, Process]
 
+
+# ---- what each process is ----------------------------------------------------------------------------
 
 def may_be_python(name: str) -> bool:
     return name.startswith(PYTHON_NAMES)
@@ -111,6 +120,7 @@ def may_be_holder(name: str) -> bool:
 
 
 def is_holder(process: Process, container: Container) -> bool:
+    """Whether PROCESS holds sessions (sshd, a shell, tmux, JupyterLab, a kernel, a service): never work."""
     # A service is the supervisor's child; a PID of one that ended may come back as anything.
     if process.pid in container.services and process.parent == container.supervisor:
         return True
@@ -132,25 +142,23 @@ def is_torchrun(process: Process) -> bool:
     return is_python(process) and bool(TORCHRUN_COMMAND.search(process.command + " "))
 
 
+def descends_from(table: Table, pid: int, ancestor: int) -> bool:
+    return descends(lambda up: table[up].parent if up in table else None, pid, ancestor)
+
+
+def children_of(table: Table) -> dict[int, list[int]]:
+    return _children_by_parent({pid: process.parent for pid, process in table.items()})
+
+
 def in_container(table: Table, container: Container) -> list[int]:
-    """Every process the stop may signal: not PID 1, not the supervisor, no kernel thread, and without a
-    PID namespace of our own only the supervisor's descendants."""
+    """Every process the stop may signal: not PID 1, not the supervisor, no kernel thread, and where only
+    some process's descendants count (Container.counted_below), only those: the host's never."""
     candidates = [pid for pid, process in table.items()
                   if pid not in (1, container.supervisor) and not process.kernel_thread]
-    if container.own_pid_namespace:
+    root = container.counted_below
+    if root is None:
         return candidates
-    return [pid for pid in candidates if descends_from(table, pid, container.supervisor)]
-
-
-def descends_from(table: Table, pid: int, ancestor: int) -> bool:
-    up = table[pid].parent
-    for _ in range(MAX_DEPTH):
-        if up == ancestor:
-            return True
-        if up not in table:
-            return False
-        up = table[up].parent
-    return False
+    return [pid for pid in candidates if descends_from(table, pid, root)]
 
 
 def user_work(table: Table, container: Container) -> set[int]:
@@ -183,36 +191,6 @@ def tops(table: Table, work: set[int]) -> list[int]:
     return sorted(pid for pid in work if table[pid].parent not in work)
 
 
-def children_of(table: Table) -> dict[int, list[int]]:
-    found: dict[int, list[int]] = {}
-    for pid, process in table.items():
-        found.setdefault(process.parent, []).append(pid)
-    return found
-
-
-def work_below(children: dict[int, list[int]], top: int, work: set[int]) -> list[int]:
-    """TOP and the work below it, down to the first holder on each branch: a shell below is another
-    piece of work's holder (`subprocess.run("torchrun ...", shell=True)`), whose tops have plans of
-    their own."""
-    found, frontier = [top], [top]
-    for _ in range(MAX_DEPTH):
-        frontier = [child for pid in frontier for child in children.get(pid, ()) if child in work]
-        if not frontier:
-            break
-        found += frontier
-    return found
-
-
-def descendants(children: dict[int, list[int]], pid: int) -> list[int]:
-    found, frontier = [], [pid]
-    for _ in range(MAX_DEPTH):
-        frontier = [child for parent in frontier for child in children.get(parent, ())]
-        if not frontier:
-            break
-        found += frontier
-    return found
-
-
 def holding_terminals(table: Table, work: set[int], children: dict[int, list[int]]) -> set[int]:
     """The work that holds a terminal with other work still running in it, and the work above it. None
     of it is signalled yet: a holder that ends makes its terminal hang up on the jobs in it, whatever its
@@ -223,9 +201,7 @@ def holding_terminals(table: Table, work: set[int], children: dict[int, list[int
         if table[pid].holds_terminal and any(below in work and not table[below].holds_terminal
                                              for below in descendants(children, pid)):
             up = pid
-            for _ in range(MAX_DEPTH):
-                if up not in work or up in held:
-                    break
+            while up in work and up not in held:
                 held.add(up)
                 up = table[up].parent
     return held
@@ -240,54 +216,100 @@ def pipe_writers(table: Table, reader: int, work: set[int]) -> frozenset[int]:
     return frozenset(pid for pid in work if pid != reader and pipe in table[pid].outputs)
 
 
+def first_signal_of(table: Table, top: int, movable: set[int], children: dict[int, list[int]]) -> list[int]:
+    """Who gets a top's SIGTERM: torchrun's workers where the top is or wraps torchrun (torch's agent turns
+    a SIGTERM of its own into exit status 1 even when every worker saved), else the top itself. A torchrun
+    still in its rendezvous has no workers yet: it (or its wrapper) gets the signal."""
+    agents = [pid for pid in [top, *descendants(children, top, within=movable)] if is_torchrun(table[pid])]
+    workers = [child for agent in agents for child in children.get(agent, ()) if child in movable]
+    return workers or [top]
+
+
+# ---- steps 1 to 3: one plan per look -----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """How far a stop has come: the value each look takes and returns. Its mappings are never changed in
+    place. tops: the tops planned (a known top is never signalled itself again: torchrun between two
+    restarts waits for its workers). signalled: what got SIGTERM. readers: the readers left to drain, each
+    with the writers of its input, and writers_gone_at, when each one's writers were first seen gone.
+    below: the work told in steps 1 and 2 that ignored it past STOP_TIMEOUT: step 3 plans below it, as
+    below a holder, so its own tops are told before their DataLoader workers."""
+    tops: frozenset[int] = frozenset()
+    signalled: frozenset[int] = frozenset()
+    readers: Mapping[int, frozenset[int]] = dataclasses.field(default_factory=dict)
+    writers_gone_at: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    below: frozenset[int] = frozenset()
+
+    @property
+    def told(self) -> frozenset[int]:
+        """The work the stop has reached: what got SIGTERM, and the tops it planned but a reader left to drain."""
+        return self.signalled | (self.tops - self.readers.keys())
+
+    def past_the_timeout(self) -> Progress:
+        """Step 3's start: what was told and still runs is planned below from now on."""
+        return dataclasses.replace(self, below=self.told)
+
+    def with_signalled(self, pids: list[int] | tuple[int, ...]) -> Progress:
+        return dataclasses.replace(self, signalled=self.signalled | frozenset(pids))
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """Step 1 for the tops no earlier plan saw: what gets SIGTERM now, and the readers left to drain,
-    each with the writers of its input; and all of the user's work, which step 2 waits for."""
+    """One look's decision: what gets SIGTERM now; the readers and the tops it saw first; all of the
+    user's work and the kernels (what step 2 waits for); and the progress after it."""
     signal: tuple[int, ...]
     readers: dict[int, frozenset[int]]
     tops: frozenset[int]
     work: frozenset[int]
+    progress: Progress
+
+
+def look(table: Table, container: Container, progress: Progress = Progress()) -> Plan:
+    """What the stop signals at one look at the table, given its PROGRESS. Every top of the work not held
+    by a terminal (holding_terminals), and every free kernel, gets first_signal_of, less what was signalled
+    already; a top seen before gets only its new workers (torchrun --max-restarts starts new workers under
+    the same agent, which an earlier look reached through its old ones); a reader is left to drain."""
+    work = user_work(table, container)
+    kernels = notebook_kernels(table, container)
+    children = children_of(table)
+    movable = work - holding_terminals(table, work, children) - progress.below
+    seen = tops(table, movable) + sorted(free_kernels(table, kernels, children) - progress.below)
+    now: list[int] = []
+    readers: dict[int, frozenset[int]] = {}
+    for top in seen:
+        if top in progress.readers:
+            continue
+        writers = pipe_writers(table, top, work)
+        if writers:
+            if top not in progress.tops:
+                readers[top] = writers
+            continue
+        targets = first_signal_of(table, top, movable, children)
+        if top in progress.tops:
+            targets = [pid for pid in targets if pid != top]
+        now += [pid for pid in targets if pid not in progress.signalled and pid not in now]
+    new_tops = frozenset(seen) - progress.tops
+    after = dataclasses.replace(progress, tops=progress.tops | new_tops, readers={**progress.readers, **readers},
+                                signalled=progress.signalled | frozenset(now))
+    return Plan(tuple(now), readers, new_tops, frozenset(work | kernels), after)
 
 
 def plan_signals(table: Table, container: Container, known_tops: frozenset[int] = frozenset(),
                  told: frozenset[int] = frozenset()) -> Plan:
-    """What step 1 signals for the tops not in KNOWN_TOPS (an earlier plan handled those). Work in TOLD
-    got its SIGTERM already and is still running: step 3 plans below it, as if it held a session."""
-    work = user_work(table, container)
-    kernels = notebook_kernels(table, container)
-    children = children_of(table)
-    signal: list[int] = []
-    readers: dict[int, frozenset[int]] = {}
-    movable = work - holding_terminals(table, work, children) - told
-    new_tops = [top for top in tops(table, movable) if top not in known_tops]
-    new_tops += sorted(free_kernels(table, kernels, children) - known_tops - told)
-    for top in new_tops:
-        writers = pipe_writers(table, top, work)
-        if writers:
-            readers[top] = writers
-            continue
-        agents = [pid for pid in work_below(children, top, movable) if is_torchrun(table[pid])]
-        workers = [child for agent in agents for child in children.get(agent, ()) if child in movable]
-        # A torchrun still in its rendezvous has no workers yet: it (or its wrapper) gets the signal.
-        signal += workers if workers else [top]
-    return Plan(tuple(signal), readers, frozenset(new_tops), frozenset(work | kernels))
+    """look() from a progress given as the tops planned before (KNOWN_TOPS) and the work told that still
+    runs past the timeout (TOLD, planned below): a stop's first look is plan_signals(table, container)."""
+    return look(table, container, Progress(tops=known_tops, signalled=told, below=told))
 
 
 def rescan(table: Table, container: Container, known_tops: frozenset[int],
            signalled: set[int]) -> tuple[Plan, list[int]]:
-    """Step 2's look at the table again: the plan for the tops no earlier plan saw, and what gets SIGTERM
-    now. That is the plan's signals, and the new workers of the tops planned before: torchrun
-    --max-restarts starts new workers under the same agent, which an earlier plan reached only through
-    its old workers. A known top itself (torchrun between two restarts) is never signalled again."""
-    plan = plan_signals(table, container, known_tops)
-    fresh = [pid for pid in plan.signal if pid not in signalled]
-    fresh += [pid for pid in plan_signals(table, container).signal
-              if pid not in signalled and pid not in known_tops and pid not in fresh]
-    return plan, fresh
+    """look() in step 2, from the tops planned before and what was signalled: the plan and its signals."""
+    plan = look(table, container, Progress(tops=known_tops, signalled=frozenset(signalled)))
+    return plan, list(plan.signal)
 
 
-def readers_to_signal(readers: dict[int, frozenset[int]], alive: set[int], writers_gone_at: dict[int, float],
+def readers_to_signal(readers: Mapping[int, frozenset[int]], alive: set[int], writers_gone_at: dict[int, float],
                       now: float) -> list[int]:
     """The readers still alive READER_DRAIN_S after the last of their writers went. WRITERS_GONE_AT
     records when each reader's writers were first seen gone."""
@@ -301,17 +323,49 @@ def readers_to_signal(readers: dict[int, frozenset[int]], alive: set[int], write
     return due
 
 
+def drain(progress: Progress, alive: set[int], now: float) -> tuple[list[int], Progress]:
+    """The readers due their SIGTERM at NOW, with ALIVE the work still running, and the progress after."""
+    gone_at = dict(progress.writers_gone_at)
+    due = [pid for pid in readers_to_signal(progress.readers, alive, gone_at, now) if pid not in progress.signalled]
+    return due, dataclasses.replace(progress, writers_gone_at=gone_at, signalled=progress.signalled | frozenset(due))
+
+
 def everything_left(table: Table, container: Container) -> list[int]:
-    """Step 3, after the work still running was signalled tops first (plan_signals with what was told):
-    every process of the container, services and holders included."""
+    """Step 3, after the work still running was signalled tops first (past_the_timeout): every process of
+    the container, services and holders included."""
     return sorted(in_container(table, container))
 
 
 def shells(table: Table, pids: list[int]) -> list[int]:
     """The shells among PIDS: an interactive one ignores SIGTERM, and ends on SIGHUP."""
-    return [pid for pid in pids
-            if (table[pid].program or table[pid].name) in ("bash", "sh", "dash", "zsh", "fish")]
+    return [pid for pid in pids if (table[pid].program or table[pid].name) in ("bash", "sh", "dash", "zsh", "fish")]
 
+
+# ---- JupyterLab's own closes (jupyter_work_first.py) -------------------------------------------------
+
+def terminal_close(table: Table, shell: int, ignores_hangup: Callable[[int], bool]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """What a terminal's close stops first, and what it waits for: of look()'s choice below the terminal's
+    SHELL, what belongs to a job the close's hang-up would reach (a child of the shell in its session that
+    does not ignore SIGHUP; torchrun passes it on to its workers, whatever their session); and those jobs
+    themselves, whose launcher (torchrun, after its workers saved) would die of the hang-up if the terminal
+    closed before it exited. A `nohup` or `setsid` job outlives the terminal, as it always did."""
+    jobs = {pid for pid, process in table.items()
+            if process.parent == shell and process.session == shell and not ignores_hangup(pid)}
+    first = look(table, Container.below(shell)).signal
+    signalled = tuple(pid for pid in first if pid in jobs or any(descends_from(table, pid, job) for job in jobs))
+    return signalled, tuple(sorted(jobs)) if signalled else ()
+
+
+def kernel_close(table: Table, server: int, kernel: int, handles_sigterm: bool) -> tuple[int, ...]:
+    """What a busy kernel's shutdown stops first: look()'s choice below the SERVER, in the kernel's subtree
+    (the workers of a `!torchrun`), and the kernel itself only where its cell HANDLES_SIGTERM (a loop in a
+    cell). A loop that does not keeps JupyterLab's own way, SIGINT first, which a loop that saves on
+    KeyboardInterrupt relies on."""
+    first = look(table, Container.below(server)).signal
+    return tuple(pid for pid in first if (handles_sigterm if pid == kernel else descends_from(table, pid, kernel)))
+
+
+# ---- work that ended with a holder -------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Ended:
@@ -323,54 +377,21 @@ class Ended:
     at: float
 
 
-def lost_with_a_holder(ended: list[Ended], since: float, told: set[int]) -> list[Ended]:
+def may_have_been_lost(name: str, status: int) -> bool:
+    """Whether an orphan that ended with STATUS may have been work lost: not 0, not a holder's."""
+    return status != 0 and not is_holder_by_name(name)
+
+
+def lost_with_a_holder(ended: list[Ended], since: float, told: set[int] | frozenset[int]) -> list[Ended]:
     """The work that ended with a holder rather than by the stop: reaped at or after SINCE (the moment a
-    service ended on its own), not a holder itself, and ended by anything but the stop's own request, which
-    is its SIGTERM (TOLD) answered with status 0 or 143. A trainer in a JupyterLab terminal killed with the
-    server dies of SIGHUP (129) before, or while, the stop signals it. torchrun's own status 1 is left out:
-    its agent ends with 1 on a stop signal although its workers saved (docs/torch-workarounds.md), and a
-    worker that was lost ended as torchrun's child, not ours."""
+    service ended on its own), one that may have been lost, and ended by anything but the stop's own
+    request, which is its SIGTERM (TOLD) answered with status 0 or 143. A trainer in a JupyterLab terminal
+    killed with the server dies of SIGHUP (129) before, or while, the stop signals it. torchrun's own status
+    1 is left out: its agent ends with 1 on a stop signal although its workers saved
+    (docs/torch-workarounds.md), and a worker that was lost ended as torchrun's child, not ours."""
     answered_the_stop = (0, 128 + signal.SIGTERM)
     return [process for process in ended
-            if process.at >= since and not is_holder_by_name(process.name) and process.status != 0
+            if process.at >= since and may_have_been_lost(process.name, process.status)
             and not (process.pid in told and process.status in answered_the_stop)
             and not (process.name == "torchrun" and process.status == 1)]
 
-
-# ---- signals sent to the supervisor --------------------------------------------------------------
-
-# What no operator means as "stop": a child's end (reaped), job control and a terminal's size.
-NOT_A_STOP = frozenset({signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, signal.SIGWINCH, signal.SIGTSTP,
-                        signal.SIGTTIN, signal.SIGTTOU})
-# What a job's own scheduler sends its job's processes (Slurm's --signal=USR1@60, "checkpoint now").
-PASSED_ON = frozenset({signal.SIGUSR1, signal.SIGUSR2})
-
-
-def signal_meaning(number: int, command_mode: bool) -> str:
-    """What a signal to the supervisor means: "stop" for every signal whose default would end a process
-    (HUP, QUIT, TERM, INT, PWR, a derived image's STOPSIGNAL: the orderly stop, never a sudden end of
-    everything), "pass on" for USR1 and USR2 beside a command (to its work, as a batch job's processes
-    get them), and "ignore" for the rest."""
-    if number in NOT_A_STOP:
-        return "ignore"
-    if command_mode and number in PASSED_ON:
-        return "pass on"
-    return "stop"
-
-
-def asked_by_a_service(number: int, sender: int, supervisor: int, requested_by: str | None) -> bool:
-    """Whether a SIGTERM is the supervisor's own, relaying a service's request for the orderly stop
-    (REQUESTED_BY): JupyterLab's File > Shut Down asks for it (jupyter_work_first.py), so that the user's
-    work is stopped first, while the server still holds its terminals and kernels."""
-    return number == signal.SIGTERM and sender == supervisor and requested_by is not None
-
-
-def sent_from_inside(code: int, sender: int, parent: int, own_pid_namespace: bool, sender_descends: bool) -> bool:
-    """Whether a signal came from a process of the container itself (a user's `pkill python` matching the
-    supervisor): only the runtime stops the container. The runtime's signals come through tini, our
-    parent (`docker stop`, the kubelet), from outside the PID namespace (sender 0), or from the kernel
-    (CODE > 0: a terminal's Ctrl-C). Without a PID namespace of our own, only the supervisor's
-    descendants (SENDER_DESCENDS) are the container's."""
-    if code > 0 or sender in (0, parent):
-        return False
-    return own_pid_namespace or sender_descends

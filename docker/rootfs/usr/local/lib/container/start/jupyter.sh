@@ -90,16 +90,15 @@ put_the_image_config_first() {
   export JUPYTER_CONFIG_PATH
 }
 
-# What the healthcheck probes: the server's own port and base URL, both of which a hub may choose. The
-# check that the server refuses strangers (jupyter-refusing-strangers) marks its pass in jupyter-checked.
+# What the healthcheck probes: the server's own port and base URL, both of which a hub may choose; the
+# check that the server refuses strangers (jupyter-refusing-strangers) asks there too.
 record_jupyter_probe_url() {
   local port=$JUPYTER_CONTAINER_PORT base=$JUPYTER_BASE_URL
   if ((SPAWNED_BY_JUPYTERHUB)); then
     [[ ${JUPYTERHUB_SERVICE_URL:-} =~ :([0-9]+)(/|$) ]] && port=${BASH_REMATCH[1]}
     base=${JUPYTERHUB_SERVICE_PREFIX:-/}
   fi
-  printf 'http://127.0.0.1:%s%s\n' "$port" "$base" >"$RUN_DIR/jupyter-url"
-  rm -f "$RUN_DIR/jupyter-checked"
+  printf 'http://127.0.0.1:%s%s\n' "$port" "$base" >"$JUPYTER_URL_FILE"
 }
 
 use_the_hubs_authentication() {

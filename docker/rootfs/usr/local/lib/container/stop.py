@@ -1,0 +1,206 @@
+"""The stop's executor: it snapshots the process table, asks stop_policy.py what to signal, signals,
+waits and logs, in the phases docs/how-it-runs.md names ("The stop's rules"). It decides nothing itself.
+
+    mark_stopping        the kernels end after their cell, JupyterLab starts no new one
+    stop_user_work       steps 1 and 2: SIGTERM to the tops of the work, looking again as work exits
+    wait_for_the_command a command whose work has ended ends by itself
+    stop_work_still_running  step 3's start: below what ignored its SIGTERM, tops first
+    stop_everything_left step 3: every process left, the services included; SIGKILL after SERVICES_STOP_S
+    name_the_work_lost   what a service's end took away, and what JupyterLab closed with work running
+
+It is running already when the stop comes, so it forks nothing between the signal and the exit:
+thousands of processes and a full PID table do not slow it.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import process_table
+import stop_policy
+from children import POLL_S, Children
+from run_folder import STOPPING, log, warn
+
+RESCAN_EVERY_S = 1.0    # at most this often, after some of the work exited, the table is read again
+SERVICES_STOP_S = 10    # step 3 waits this long for what it signalled, then SIGKILLs what is left
+# Step 3 first gives the work still running, top first, this long to end before everything else gets
+# SIGTERM: a trainer below a launcher that ignored step 1 saves before its DataLoader workers are signalled.
+# compose's 30 s grace less the default STOP_TIMEOUT of 25 s leaves about 5 s for all of step 3.
+WORK_FIRST_S = 3
+COMMAND_ENDS_S = 2      # how long a command whose work has ended may take to end by itself
+DESCRIBED_AT_MOST = 8
+
+
+def describe(pids: list[int] | tuple[int, ...] | set[int], table: stop_policy.Table) -> str:
+    shown = []
+    for pid in list(pids)[:DESCRIBED_AT_MOST]:
+        process = table.get(pid)
+        command = (process.command if process else "") or process_table.read_command(pid) or \
+            (process.name if process else "")
+        shown.append(f"{pid}({command[:60]})")
+    more = len(pids) - len(shown)
+    return " ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def still_alive(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if process_table.is_alive(pid)}
+
+
+def mark_stopping() -> None:
+    """Tells the notebook kernels that the container is stopping: a kernel ends when its cell does, and
+    JupyterLab starts no new one (kernel_stop.py, python-kernel). Made anew, never through a link a user
+    left in the shared folder. Its folder (made at start-up) is writable by the supervisor's uid only, so
+    no user's `touch` can keep kernels from starting."""
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(STOPPING)
+        os.close(os.open(STOPPING, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+    except OSError as error:  # a read-only /run: kernels are still signalled, they only end less neatly
+        warn(f"could not mark the container as stopping ({error}); notebook kernels may be restarted")
+
+
+class Stop:
+    """The three steps; clean only when everything signalled exited in time and every signal was sent.
+    progress: how far the stop has come (stop_policy.Progress), the policy's to read and advance."""
+
+    def __init__(self, container: stop_policy.Container, children: Children, timeout_s: int,
+                 command: int | None = None) -> None:
+        self.container, self.children, self.timeout_s, self.command = container, children, timeout_s, command
+        self.clean = True
+        self.work_ended = True
+        self.progress = stop_policy.Progress()
+        self.service_ended_at: float | None = None  # a service ended on its own: what ended with it is named
+        self.left_by_the_service = ""  # what a service that asked for the stop had to close with work running
+
+    def stop_user_work(self) -> None:
+        """Steps 1 and 2. Each pause checks only the work found alive at the last; after one in which some
+        of it exited (at most once a second), the table is read again for new tops."""
+        deadline = time.monotonic() + self.timeout_s
+        table = process_table.snapshot(self.container)
+        plan = stop_policy.look(table, self.container)
+        work, progress = set(plan.work), plan.progress
+        if not work:
+            return
+        failed = process_table.signal_each(signal.SIGTERM, plan.signal)  # first, then the line that says so
+        log(f"stopping: SIGTERM to your work first, waiting up to {self.timeout_s} s for it: "
+            f"{describe([*plan.signal, *plan.readers], table)}")
+        scanned_at, exited_since_scan = time.monotonic(), False
+        for _ in self.children.pauses(deadline):
+            alive = still_alive(work)
+            now = time.monotonic()
+            exited_since_scan = exited_since_scan or len(alive) < len(work)
+            if (exited_since_scan and now - scanned_at >= RESCAN_EVERY_S) or not alive:
+                scanned_at, exited_since_scan = now, False
+                table = process_table.snapshot(self.container)
+                plan = stop_policy.look(table, self.container, progress)
+                alive, progress = set(plan.work), plan.progress
+                if plan.signal:
+                    failed += process_table.signal_each(signal.SIGTERM, plan.signal)
+                    log("stopping: SIGTERM to work whose launcher exited or that started since: "
+                        f"{describe(plan.signal, table)}")
+            drained, progress = stop_policy.drain(progress, alive, now)
+            if drained:
+                failed += process_table.signal_each(signal.SIGTERM, drained)
+                log(f"stopping: SIGTERM to readers still running {stop_policy.READER_DRAIN_S:g} s after "
+                    f"their input ended: {describe(drained, table)}")
+            work = alive
+            if not work:
+                break
+        self.progress = progress
+        if failed:
+            self.clean = False
+            warn(f"could not signal {describe(failed, table)}")
+        if work:
+            self.clean = self.work_ended = False
+            warn(f"still running after {self.timeout_s} s, stopped with the services now: {describe(work, table)}")
+        else:
+            log("your processes have exited")
+
+    def stop_work_still_running(self) -> None:
+        """Step 3's start: the work below what ignored its SIGTERM gets step 1's signal now, tops first,
+        and WORK_FIRST_S to end, before everything else is signalled at once. What this step signals is
+        not planned below in turn while it saves, so its DataLoader workers wait until it has exited."""
+        deadline = time.monotonic() + WORK_FIRST_S
+        progress = self.progress.past_the_timeout()
+        waiting: set[int] = set()
+        while True:
+            table = process_table.snapshot(self.container)
+            plan = stop_policy.look(table, self.container, progress)
+            progress = plan.progress
+            if plan.signal:
+                process_table.signal_each(signal.SIGTERM, plan.signal)
+                log(f"stopping: SIGTERM to work below what is still running, tops first: "
+                    f"{describe(plan.signal, table)}")
+                waiting |= set(plan.signal)
+            waiting = still_alive(waiting)
+            if not waiting or time.monotonic() >= deadline:
+                break
+            self.children.pause(POLL_S)
+        self.progress = progress
+
+    def stop_everything_left(self) -> None:
+        """Step 3: sshd and its sessions, tmux, shells, JupyterLab. Waits for everything it signalled,
+        not only for its own children, and SIGKILLs what outlives SERVICES_STOP_S."""
+        table = process_table.snapshot(self.container, pipes=False)
+        targets = stop_policy.everything_left(table, self.container)
+        # Alive when step 3 looked: whatever ended them, the service's end did not.
+        self.progress = self.progress.with_signalled(targets)
+        failed = process_table.signal_each(signal.SIGTERM, targets)
+        # An interactive shell ignores SIGTERM; one whose terminal is held outside (`docker exec -it`)
+        # gets no SIGHUP from it either.
+        process_table.signal_each(signal.SIGHUP, stop_policy.shells(table, targets))
+        left = still_alive(set(targets))
+        for _ in self.children.pauses(time.monotonic() + SERVICES_STOP_S):
+            left = still_alive(left)
+            if not left:
+                break
+        if failed or left:
+            self.clean = False
+            warn(f"still running {SERVICES_STOP_S} s after the services' SIGTERM, SIGKILLed: "
+                 f"{describe(sorted(left | set(failed)), table)}")
+            process_table.signal_each(signal.SIGKILL, sorted(left))
+        self.children.reap()
+
+    def wait_for_the_command(self) -> None:
+        """A command whose work has ended ends by itself (`bash -c 'torchrun ... | tee log'` returns its
+        reader's 0 a moment later): its own status, not step 3's SIGTERM, is the container's."""
+        if self.command is None or not self.work_ended:
+            return
+        for _ in self.children.pauses(time.monotonic() + COMMAND_ENDS_S):
+            if self.command in self.children.status:
+                break
+
+    def name_the_work_lost(self) -> None:
+        """Work that a service's end took away (a JupyterLab terminal's job killed by the hang-up when the
+        server crashed) ended before the stop could ask it to save, and work a service that asked for the
+        stop had to close while it still ran: never a clean stop."""
+        if self.left_by_the_service:
+            self.clean = False
+            warn(f"JupyterLab closed these with their work still running after {self.timeout_s} s: "
+                 f"{self.left_by_the_service}")
+        if self.service_ended_at is None:
+            return
+        lost = stop_policy.lost_with_a_holder(list(self.children.orphans_ended), self.service_ended_at,
+                                              self.progress.told)
+        if lost:
+            self.clean = False
+            shown = " ".join(f"{process.pid}({process.name}, status {process.status})"
+                             for process in lost[:DESCRIBED_AT_MOST])
+            more = f" and {len(lost) - DESCRIBED_AT_MOST} more" if len(lost) > DESCRIBED_AT_MOST else ""
+            warn(f"ended with the service, before the stop could ask it to save: {shown}{more}")
+
+    def run(self) -> None:
+        # The stop signals stay blocked: a second `docker stop` does not cut the orderly stop short.
+        mark_stopping()
+        self.stop_user_work()
+        self.wait_for_the_command()
+        if not self.work_ended:
+            self.stop_work_still_running()
+        self.stop_everything_left()
+        self.name_the_work_lost()
+        if self.clean:
+            log("stopped cleanly")
+        else:
+            warn("stopped, but not cleanly: what the lines above name did not end in time and got SIGTERM late")
