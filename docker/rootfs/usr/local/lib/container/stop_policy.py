@@ -158,7 +158,8 @@ def in_container(table: Table, container: Container) -> list[int]:
     root = container.counted_below
     if root is None:
         return candidates
-    return [pid for pid in candidates if descends_from(table, pid, root)]
+    below = set(descendants(children_of(table), root))
+    return [pid for pid in candidates if pid in below]
 
 
 def user_work(table: Table, container: Container) -> set[int]:
@@ -288,7 +289,8 @@ def look(table: Table, container: Container, progress: Progress = Progress()) ->
         targets = first_signal_of(table, top, movable, children)
         if top in progress.tops:
             targets = [pid for pid in targets if pid != top]
-        now += [pid for pid in targets if pid not in progress.signalled and pid not in now]
+        now += [pid for pid in targets if pid not in progress.signalled]
+    now = list(dict.fromkeys(now))  # each once, in order: two tops never share a worker, but a table may lie
     new_tops = frozenset(seen) - progress.tops
     after = dataclasses.replace(progress, tops=progress.tops | new_tops, readers={**progress.readers, **readers},
                                 signalled=progress.signalled | frozenset(now))
