@@ -53,7 +53,7 @@ from trainer.checkpointer import CheckpointFailure, Checkpointer
 from trainer.config import parse_config
 from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages, SyntheticTokens,
                           TokenFile, detach_from_terminal_signals, load_image_folder)
-from trainer.distributed import (Placement, StopSignal, choose_device, finish_process_group,
+from trainer.distributed import (SAVE_SIGNAL, Placement, StopSignal, choose_device, finish_process_group,
                                  read_placement, start_process_group)
 from trainer.first_step import FirstStep, FirstStepClock
 from trainer.gpt import flops_per_token
@@ -150,8 +150,11 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
     loss_sum = torch.zeros((), device=state.device)
     start_step = state.step
     while state.step < args.max_steps:
-        if stop.agreed_by_any_rank(state.group):  # every rank sees the same answer at the same step
+        asked = stop.agree(state.group)  # every rank sees the same answers at the same step
+        if asked.stop:
             break
+        if asked.save:
+            checkpointer.save_now(f"{SAVE_SIGNAL.name} asked for a checkpoint")
         lr = state.scheduler.get_last_lr()[0]
         loss_sum += train_one_step(state)
         state.scheduler.step()

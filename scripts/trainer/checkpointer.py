@@ -104,6 +104,12 @@ class Checkpointer:
         if self.save_every and self.state.step % self.save_every == 0:
             self.save(in_background=self.saver is not None)
 
+    def save_now(self, why: str) -> None:
+        """A checkpoint of this step, asked for by a signal (WHY), unless this step is saved already."""
+        if self.state.step > self.last_saved_step:
+            self.say(f"{why}: saving step {self.state.step} now")
+            self.save(in_background=self.saver is not None)
+
     def load_compiled_code(self) -> None:
         """Every rank loads its local rank's compiled code; rank 0 says how it went, and which ranks could
         not (their own line would say the same N times)."""

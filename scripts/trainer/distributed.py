@@ -6,7 +6,7 @@ import datetime
 import gc
 import os
 import signal
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -64,12 +64,23 @@ def start_process_group(placement: Placement, *, device: torch.device, backend: 
 # that closes under the trainer (a JupyterLab terminal shut down, its server gone, an SSH connection
 # dropped without tmux) sends SIGHUP. Each is a request to stop, never a reason to lose the run.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Slurm's --signal=USR1@SECONDS (ahead of the time limit) and the container's supervisor beside a command
+# send SIGUSR1: a checkpoint now, and training goes on. By default it would end the process unsaved.
+SAVE_SIGNAL = signal.SIGUSR1
+
+
+class Requests(NamedTuple):
+    """What the ranks agreed on at a step boundary: stop there, or save a checkpoint there first."""
+    stop: bool
+    save: bool
 
 
 class StopSignal:
     """Remembers a stop signal (STOP_SIGNALS) instead of dying of it, so training can stop at a step
-    boundary. The handler only records the signal: a second one while the checkpoint is being written
-    changes nothing. Output to a terminal that hung up is dropped by trainer/output.py, so the save goes on.
+    boundary, and SAVE_SIGNAL as a request for a checkpoint at the next one. The handler only records: a
+    second signal while the checkpoint is being written changes nothing, and SIGUSR1s that come together
+    (Slurm may deliver one twice) make one checkpoint. Output to a terminal that hung up is dropped by
+    trainer/output.py, so the save goes on.
 
     Used as `with StopSignal() as stop:`, it leaves the process as it found it:
       * a stop signal the process ignores on entry stays ignored. `nohup` ignores SIGHUP so that a run
@@ -81,12 +92,13 @@ class StopSignal:
 
     def __init__(self) -> None:
         self.received: str | None = None
+        self.save_asked = False
         self._replaced: dict[signal.Signals, Any] = {}
 
     def __enter__(self) -> StopSignal:
-        for stop_signal in STOP_SIGNALS:
-            if signal.getsignal(stop_signal) is not signal.SIG_IGN:
-                self._replaced[stop_signal] = signal.signal(stop_signal, self._record)
+        for handled in (*STOP_SIGNALS, SAVE_SIGNAL):
+            if signal.getsignal(handled) is not signal.SIG_IGN:
+                self._replaced[handled] = signal.signal(handled, self._record)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -96,13 +108,18 @@ class StopSignal:
         self._replaced.clear()
 
     def _record(self, signum: int, frame: object) -> None:
-        self.received = signal.Signals(signum).name
+        if signum == SAVE_SIGNAL:
+            self.save_asked = True
+        else:
+            self.received = signal.Signals(signum).name
 
-    def agreed_by_any_rank(self, control_group: dist.ProcessGroup) -> bool:
-        """True on every rank once any rank got a signal: all ranks then stop on the same step."""
-        vote = torch.tensor([1 if self.received else 0])
+    def agree(self, control_group: dist.ProcessGroup) -> Requests:
+        """What any rank was asked, the same on every rank at the same step: all ranks stop on the step
+        after any rank's stop signal, and all save on the step after any rank's SIGUSR1 (answered here)."""
+        vote = torch.tensor([1 if self.received else 0, 1 if self.save_asked else 0])
+        self.save_asked = False
         dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=control_group)
-        return bool(vote.item())
+        return Requests(stop=bool(vote[0]), save=bool(vote[1]))
 
 
 def finish_process_group() -> None:

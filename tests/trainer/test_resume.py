@@ -136,6 +136,26 @@ def test_torchrun_workers_keep_a_hang_up_ignored_when_torchrun_leaves_it_so(torc
     assert torch_host.file(f"{workdir}/nohup-torchrun/step_{stop_step:06d}.pt").exists
 
 
+def test_sigusr1_saves_once_however_often_it_comes_and_training_goes_on(torch_host, scripts_dir, workdir):
+    """Slurm's --signal=USR1@SECONDS, or the container passing it on: two SIGUSR1s together to both ranks
+    make one checkpoint at the next step, training goes on, and a SIGUSR1 within the stop is harmless."""
+    flags = (f"{TINY_RUN} --max-steps 1000 --num-workers 1 --ckpt-dir {workdir}/usr1 "
+             f"--metrics-file {workdir}/usr1.jsonl")
+    command = trainer_command(flags, scripts_dir=scripts_dir)
+    workers = "$(pgrep -P $(pgrep -P $pid))"  # $pid: timeout; its child torchrun
+    kill = (f"kill -USR1 {workers}; kill -USR1 {workers}; step=$(grep -c . {workdir}/usr1.jsonl); "
+            f"for _ in $(seq 200); do [ $(grep -c . {workdir}/usr1.jsonl) -ge $((step + 5)) ] && break; sleep 0.1; done; "
+            f"kill -TERM {workers}; kill -USR1 {workers}")
+    status, _, log = interrupt_when_step_logged(torch_host, command, workdir, "usr1", 3, kill)
+    assert status == 0 and "Traceback" not in log, log
+    asked = re.findall(r"SIGUSR1 asked for a checkpoint: saving step (\d+) now", log)
+    assert len(asked) == 1, log
+    stop_step = int(re.search(r"stopped by SIGTERM at step (\d+)/", log)[1])
+    assert stop_step >= int(asked[0]) + 5, log  # it trained on after the checkpoint
+    for step in (int(asked[0]), stop_step):
+        assert torch_host.file(f"{workdir}/usr1/step_{step:06d}.pt").exists, log
+
+
 def test_worker_killed_under_max_restarts_is_restarted_and_the_job_finishes(torch_host, scripts_dir, reference):
     workdir = reference
     # A restarted worker must not read the previous attempt's addresses from torchrun's shared store

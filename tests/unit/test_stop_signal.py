@@ -77,3 +77,16 @@ def test_train_ddp_main_returns_the_process_with_its_own_handlers(tmp_path):
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().splitlines()[-1].startswith("0 True"), result.stdout + result.stderr
+
+
+def test_sigusr1_asks_for_one_checkpoint_however_often_it_comes_and_never_stops(handlers_as_a_nohup_kernel_has_them):
+    """Slurm's --signal=USR1 may be delivered twice; by default SIGUSR1 would end the trainer unsaved."""
+    before = signal.getsignal(signal.SIGUSR1)
+    with StopSignal() as stop:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.save_asked and stop.received is None
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGUSR1)  # within the stop: harmless
+        assert stop.received == "SIGTERM"
+    assert signal.getsignal(signal.SIGUSR1) == before
