@@ -172,3 +172,45 @@ def test_a_second_shut_down_while_the_container_stops_is_answered(containers):
     second = access.post("api/shutdown")
     assert (first.status_code, second.status_code) == (202, 202), second.text
     wait_until_stopped(container)
+
+
+SAVES_FOR_8_S_ON_SIGTERM = """
+import signal, time
+stopping = []
+signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+while not stopping:
+    time.sleep(0.1)
+time.sleep(8)
+"""
+
+
+def test_no_kernel_is_restarted_once_the_container_stops(containers):
+    """An idle kernel ends at the stop's first SIGTERM while another one's cell still saves: JupyterLab's
+    restarter (it looks every 3 s) must not start it again, nor try over and over while the kernel wrapper
+    refuses to start one in a stopping container."""
+    container, access = jupyterlab(containers)
+    for name in ("idle", "saving"):
+        session = access.post("api/sessions", json={"path": f"{name}.ipynb", "name": f"{name}.ipynb",
+                                                    "type": "notebook", "kernel": {"name": "python3"}})
+        assert session.status_code == 201, session.text
+        if name == "saving":
+            start_in_kernel(container, session.json()["kernel"]["id"], SAVES_FOR_8_S_ON_SIGTERM)
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    logs = container.logs()
+
+    assert "restarting kernel" not in logs and "no kernel starts now" not in logs, logs[-3000:]
+    assert last_line(logs).endswith("stopped cleanly"), logs[-3000:]
+
+
+def test_jupyter_server_stop_works_in_a_container_without_a_network(containers):
+    """`jupyter server stop` posts /api/shutdown to the URL in the server's runtime file: with the server on
+    every address that URL named the container's host name, which nothing resolves without a network."""
+    container = containers(options=["--network", "none", "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    container.wait_until_healthy()
+
+    stopped = container.run("jupyter server stop 8888")
+    # It waits for the server to end, and is work of the container the stop signals first: 143.
+    assert stopped.rc in (0, 143) and "Traceback" not in stopped.stderr, stopped.stdout + stopped.stderr
+    logs = wait_until_stopped(container)
+
+    assert "asked to shut down" in logs and last_line(logs).endswith("stopped cleanly"), logs[-3000:]

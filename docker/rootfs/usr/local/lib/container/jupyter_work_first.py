@@ -20,17 +20,19 @@ so the container's log does not call the stop clean.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import stat
 import sys
 import time
+import urllib.parse
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
-from tornado.ioloop import IOLoop
+from tornado.ioloop import IOLoop, PeriodicCallback
 
 CONTAINER_LIB = os.path.dirname(os.path.abspath(__file__))
 if CONTAINER_LIB not in sys.path:
@@ -40,6 +42,7 @@ import stop_policy  # noqa: E402
 from run_folder import STOPPING, stop_timeout_s  # noqa: E402
 
 POLL_S = 0.2
+STOPPING_CHECK_MS = 500
 
 
 def below(root: int) -> stop_policy.Table:
@@ -149,6 +152,7 @@ class ContainerShutdownHandler(JupyterHandler):
     @authorized
     async def post(self) -> None:
         self.log.info("Shutting down on /api/shutdown request: asking the container to stop, your work first")
+        stop_restarting_kernels(self.kernel_manager)  # JupyterLab's shutdown has begun
         left = "; ".join(self.work_first.left_running).replace("\t", " ").replace("\n", " ")
         try:
             os.write(self.stop_requests, f"stop\t{left}\n".encode())
@@ -172,6 +176,40 @@ def stop_request_pipe() -> int | None:
     return int(fd)
 
 
+def no_kernel_restarts_once_stopping(serverapp) -> None:
+    """Once the container's stop has begun (the stop's marker), no kernel is restarted: the stop ends
+    the kernels, the kernel wrapper refuses to start new ones, and JupyterLab's restarter would try again
+    and again and hold up the server's own end. Checked twice a second: one stat()."""
+    def check() -> None:
+        if os.path.exists(STOPPING):
+            stop_restarting_kernels(serverapp.kernel_manager)
+            watch.stop()
+    watch = PeriodicCallback(check, STOPPING_CHECK_MS)
+    IOLoop.current().add_callback(watch.start)  # once the server's loop runs
+
+
+def stop_restarting_kernels(kernels) -> None:
+    for kernel_id in list(kernels.list_kernel_ids()):
+        with contextlib.suppress(Exception):  # a kernel that went meanwhile
+            kernels.get_kernel(kernel_id).stop_restarter()
+
+
+def reachable_from_inside(serverapp) -> None:
+    """`jupyter server stop` and `jupyter server list` read the server's runtime file, whose URL names the
+    host name when the server listens on every address (0.0.0.0): a container without a network cannot
+    resolve it. The loopback address reaches such a server from anywhere in the container."""
+    if serverapp.ip not in ("0.0.0.0", "::") or serverapp.sock:
+        return
+    loopback = "[::1]" if serverapp.ip == "::" else "127.0.0.1"
+    info = serverapp.server_info
+
+    def server_info() -> dict:
+        found = info()
+        found["url"] = urllib.parse.urlsplit(found["url"])._replace(netloc=f"{loopback}:{serverapp.port}").geturl()
+        return found
+    serverapp.server_info = server_info
+
+
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": __name__}]
 
@@ -181,6 +219,8 @@ def _load_jupyter_server_extension(serverapp) -> None:
     work_first = WorkFirst(serverapp.log)
     stop_work_before_closing_terminals(serverapp, work_first)
     stop_work_before_shutting_kernels_down(serverapp, work_first)
+    reachable_from_inside(serverapp)
+    no_kernel_restarts_once_stopping(serverapp)
     if pipe is not None:
         # This server's kernels outlive it (python-kernel): after a crash, the container's stop still
         # asks their loops to save. Kernels of another server (one a user starts) keep ipykernel's watch.
