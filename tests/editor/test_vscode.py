@@ -407,6 +407,9 @@ def test_a_baked_extension_whose_dependency_cannot_be_fetched_lets_vs_code_open_
             assert first.run("ls ~/.cache/code-server/extensions | grep -x 'pytorch-dev-tests.needs-python-1.0.0'").rc == 0
             logs = first.wait_for_log(named, 15 + SETTLES_S)
             assert len([line for line in logs.splitlines() if named in line]) == 1, logs[-3000:]
+            # The fetch beside the editor has ended: nothing of it is left unreaped.
+            wait_until(lambda: first.run("ps -eo stat= | grep -c '^Z'", user=None).stdout.strip() == "0", SETTLES_S,
+                       failure=lambda: first.run("ps -eo pid,ppid,stat,args", user=None).stdout)
         with running_container(derived, options=options) as second:
             vscode_page(second, within=OPENS_WITHIN_S)
             assert second.run("pgrep -f -- '--install-extensio[n]'").rc != 0, "an install started again"
