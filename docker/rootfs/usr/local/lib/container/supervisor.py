@@ -6,10 +6,11 @@ Python, -I -S: the standard library only, so no package of the user's can break 
 
 It starts the services (sshd, JupyterLab, the GPU exporter), each in a session of its own, or the
 command in one, and waits. On SIGTERM or SIGINT (`docker stop`), or when a service ends on its own, it
-stops the container in the three steps that stop.py runs and stop_policy.py decides. Under a hub it also
-tells the hub while the user's work runs (hub_activity.py), so the idle culler leaves a server with a
-trainer alone. The rest of the runtime, each file one job: children.py (reaping, pausing),
-stop_signals.py (what reaches the supervisor), process_table.py (reading /proc), run_folder.py (the names).
+stops the container in the three steps that stop.py runs and stop_policy.py decides. While it waits it
+names the kernel's out-of-memory kills in the log (oom_watch.py), and under a hub it tells the hub while
+the user's work runs (hub_activity.py), so the idle culler leaves a server with a trainer alone. The rest
+of the runtime, each file one job: children.py (reaping, pausing), stop_signals.py (what reaches the
+supervisor), process_table.py (reading /proc), run_folder.py (the names).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import process_table  # noqa: E402
 import stop_policy  # noqa: E402
 from children import Children  # noqa: E402
 from hub_activity import HubActivity  # noqa: E402
+from oom_watch import OomWatch  # noqa: E402
 from run_folder import LOG_PREFIX, SERVICES, STARTED, log, read_settings, warn  # noqa: E402
 from stop import Stop, describe  # noqa: E402
 from stop_signals import STOP_REQUEST_FD, WAITED_SIGNALS, Signals, StopRequests  # noqa: E402
@@ -126,20 +128,21 @@ def mark_started() -> None:
 
 # ---- the main loop -------------------------------------------------------------------------------
 
-def wait_for_event(children: Children, watched: set[int], activity: HubActivity | None,
+def wait_for_event(children: Children, watched: set[int], watches: list[HubActivity | OomWatch],
                    signals: Signals) -> tuple[str, int]:
     """Blocks until a signal that stops the container ("stop", its number) or the end of a watched child
-    ("ended", its PID)."""
+    ("ended", its PID), letting each of WATCHES look when it is due."""
     while True:
         for pid in children.reap():
             if pid in watched:
                 return "ended", pid
-        if activity is None:
+        due = min(watches, key=lambda watch: watch.seconds_left(), default=None)
+        if due is None or due.seconds_left() == float("inf"):
             info = signal.sigwaitinfo(WAITED_SIGNALS)
         else:
-            info = signal.sigtimedwait(WAITED_SIGNALS, activity.seconds_left())
+            info = signal.sigtimedwait(WAITED_SIGNALS, due.seconds_left())
             if info is None:
-                activity.look()
+                due.look()
                 continue
         if info.si_signo != signal.SIGCHLD and signals.take(info):
             return "stop", info.si_signo
@@ -242,11 +245,13 @@ def main(argv: list[str]) -> int:
     mark_started()
     # Beside the services, which take seconds to answer: the check costs them no time.
     relay_limit_warnings(settings["limit_checks"])
-    activity = None
+    oom = OomWatch(settings["own_pid_namespace"])
+    watches: list[HubActivity | OomWatch] = [oom]
     if settings["spawned_by_hub"] and not command_mode and os.environ.get("JUPYTERHUB_API_URL"):
-        activity = HubActivity(container)
+        watches.append(HubActivity(container))
     signals = Signals(container, command_mode, stop_requests)
-    event, which = wait_for_event(children, set(services), activity, signals)
+    event, which = wait_for_event(children, set(services), watches, signals)
+    oom.look()  # an OOM kill that ended a service, or just came before the stop, is named first
     if command:
         if event == "stop":
             stop.run()

@@ -1,0 +1,88 @@
+"""Names the kernel's out-of-memory kills in the container's log. A notebook kernel, a trainer or a service
+the kernel killed for memory dies of SIGKILL without a word of its own: JupyterLab says only that the
+kernel died, and `docker inspect` that the container saw an OOM kill.
+
+The container's memory cgroup counts those kills (cgroup v2: memory.events, v1: memory.oom_control, both
+"oom_kill N"). The supervisor reads the count every CHECK_S while it waits, and as a stop begins: one
+small file. Only a container with a PID namespace of its own looks, since elsewhere (Apptainer, --pid=host)
+the cgroup may be the host session's, whose kills are not this container's.
+"""
+from __future__ import annotations
+
+import time
+
+from run_folder import warn
+
+CHECK_S = 2.0
+UNLIMITED = 1 << 60  # cgroup v1's "no limit" is a page-rounded 2^63
+
+
+def read_number(path: str, key: str | None = None) -> int | None:
+    """The number in PATH (a cgroup file), or the one after KEY in it; None where there is none."""
+    try:
+        with open(path, encoding="ascii") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if key is None:
+        value = text.strip()
+        return UNLIMITED if value == "max" else int(value) if value.isdigit() else None
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == key and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def cgroup_files() -> tuple[str, str] | None:
+    """(the OOM kill count, the memory limit) of this process's memory cgroup, where they can be read: the
+    cgroup's own path under /sys/fs/cgroup, or the mount's root where the container sees its cgroup there
+    (a cgroup namespace, or Docker's mount on cgroup v1)."""
+    try:
+        with open("/proc/self/cgroup", encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    candidates = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        path = path.rstrip("/")
+        if not controllers:
+            candidates += [(f"/sys/fs/cgroup{path}/memory.events", f"/sys/fs/cgroup{path}/memory.max"),
+                           ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory.max")]
+        elif "memory" in controllers.split(","):
+            candidates += [(f"/sys/fs/cgroup/memory{path}/memory.oom_control",
+                            f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"),
+                           ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory/memory.limit_in_bytes")]
+    return next((files for files in candidates if read_number(files[0], "oom_kill") is not None), None)
+
+
+def describe_limit(limit: int | None) -> str:
+    if limit is None or limit >= UNLIMITED:
+        return "the container has no memory limit, so the host ran out"
+    return f"the container's memory limit is {limit / (1 << 20):.0f} MiB"
+
+
+class OomWatch:
+    """Says, in one line, when the count of OOM kills in the container's cgroup grew since the last look."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.files = cgroup_files() if enabled else None
+        self.count = read_number(self.files[0], "oom_kill") if self.files else None
+        self.due = time.monotonic() + CHECK_S
+
+    def seconds_left(self) -> float:
+        return max(0.0, self.due - time.monotonic()) if self.files else float("inf")
+
+    def look(self) -> None:
+        self.due = time.monotonic() + CHECK_S
+        if not self.files or self.count is None:
+            return
+        count = read_number(self.files[0], "oom_kill")
+        if count is None or count <= self.count:
+            return
+        killed, self.count = count - self.count, count
+        warn(f"the kernel's out-of-memory killer ended {killed} process{'es' if killed > 1 else ''} of this "
+             f"container ({describe_limit(read_number(self.files[1]))}): a notebook kernel, trainer or service "
+             "that died just now ran out of memory; use a smaller batch or fewer DataLoader workers, or give "
+             "the container more memory (docker run --memory, compose mem_limit)")

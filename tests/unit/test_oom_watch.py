@@ -1,0 +1,45 @@
+"""The supervisor's count of the kernel's out-of-memory kills (docker/rootfs/usr/local/lib/container/
+oom_watch.py), on cgroup files written by hand: cgroup v2's memory.events and v1's memory.oom_control.
+The real kill, in a container with a memory limit, is in tests/image/test_stop_endings.py.
+
+    make test-unit PYTEST_ARGS=tests/unit/test_oom_watch.py
+"""
+from __future__ import annotations
+
+from oom_watch import UNLIMITED, OomWatch, describe_limit, read_number
+
+V2_EVENTS = "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n"
+V1_CONTROL = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"
+
+
+def test_the_kill_count_and_the_limit_are_read_from_either_cgroup_version(tmp_path):
+    (tmp_path / "memory.events").write_text(V2_EVENTS)
+    (tmp_path / "memory.oom_control").write_text(V1_CONTROL)
+    (tmp_path / "memory.max").write_text("max\n")
+    (tmp_path / "memory.limit_in_bytes").write_text("536870912\n")
+    assert read_number(str(tmp_path / "memory.events"), "oom_kill") == 2
+    assert read_number(str(tmp_path / "memory.oom_control"), "oom_kill") == 3
+    assert read_number(str(tmp_path / "memory.max")) == UNLIMITED
+    assert describe_limit(read_number(str(tmp_path / "memory.limit_in_bytes"))) == \
+        "the container's memory limit is 512 MiB"
+    assert read_number(str(tmp_path / "missing"), "oom_kill") is None
+
+
+def test_a_look_names_only_the_kills_since_the_last(tmp_path, capsys):
+    events, limit = tmp_path / "memory.events", tmp_path / "memory.max"
+    events.write_text(V2_EVENTS)
+    limit.write_text("max\n")
+    watch = OomWatch(enabled=False)
+    watch.files, watch.count = (str(events), str(limit)), 2
+    watch.look()
+    assert capsys.readouterr().err == ""
+    events.write_text(V2_EVENTS.replace("oom_kill 2", "oom_kill 4"))
+    watch.look()
+    line = capsys.readouterr().err
+    assert "ended 2 processes of this container (the container has no memory limit, so the host ran out)" in line
+    watch.look()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_watch_without_a_readable_count_never_wakes_the_supervisor():
+    assert OomWatch(enabled=False).seconds_left() == float("inf")
