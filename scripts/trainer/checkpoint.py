@@ -279,28 +279,27 @@ def read_failure(error: BaseException) -> OSError | None:
 
 def load_newest_checkpoint(ckpt_dir: pathlib.Path, *, template: Callable[[], dict[str, Any]],
                            check_config: Callable[[dict[str, str]], str | None],
-                           is_main: bool) -> dict[str, Any] | None:
+                           is_main: bool, group: dist.ProcessGroup | None = None) -> dict[str, Any] | None:
     """The state of the newest checkpoint that reads back whole; damaged ones are moved aside and skipped.
 
     TEMPLATE gives the current state dict, into which a sharded checkpoint's tensors are loaded (full
     tensors under DDP, this rank's shards under FSDP: DCP reshards on the way). CHECK_CONFIG returns a
     problem when the checkpoint's config cannot be resumed with the current flags; that raises
     IncompatibleCheckpoint before any tensor is loaded. Returns None when nothing is usable (a fresh
-    start). All ranks call this together: loading a sharded checkpoint is collective. Raises
-    CheckpointReadError, moving nothing, when a checkpoint cannot be read but is not proven damaged.
+    start). All ranks of GROUP call this together, and agree on each checkpoint before going on
+    (agree_on_reading), so they resume from the same step or all refuse. Raises CheckpointReadError,
+    moving nothing, when a checkpoint cannot be read but is not proven damaged.
     """
     set_aside = 0
     for path in list_checkpoints_newest_first(ckpt_dir):
         try:
-            state = read_checkpoint(path, template, check_config)
-        except IncompatibleCheckpoint:
+            state = read_checkpoint(path, template, check_config, group)
+        except (IncompatibleCheckpoint, CheckpointReadError):
             raise
         except (Exception, CheckpointException) as error:  # truncated, missing, corrupt: "not usable"
             cause = read_failure(error)
             if cause is not None:
-                raise CheckpointReadError(f"cannot read checkpoint {path} ({cause.strerror or cause}); nothing was "
-                                          f"moved: make --ckpt-dir readable again (its permissions, the disk or "
-                                          f"the mount) and run the same command to resume") from error
+                raise CheckpointReadError(cannot_read(path, cause)) from error
             if is_main:
                 move_aside(path, error)
             set_aside += 1
@@ -313,21 +312,24 @@ def load_newest_checkpoint(ckpt_dir: pathlib.Path, *, template: Callable[[], dic
     return None
 
 
+def cannot_read(path: pathlib.Path, cause: OSError) -> str:
+    return (f"cannot read checkpoint {path} ({cause.strerror or cause}); nothing was moved: make --ckpt-dir "
+            f"readable again (its permissions, the disk or the mount) and run the same command to resume")
+
+
 def read_checkpoint(path: pathlib.Path, template: Callable[[], dict[str, Any]],
-                    check_config: Callable[[dict[str, str]], str | None]) -> dict[str, Any]:
+                    check_config: Callable[[dict[str, str]], str | None],
+                    group: dist.ProcessGroup | None = None) -> dict[str, Any]:
+    """PATH's state. Every rank reads it, and the ranks agree on what they found before a sharded
+    checkpoint's tensors are loaded, which is collective."""
+    found = None
+    try:
+        state = read_without_tensors(path, check_config)
+    except (Exception, CheckpointException) as error:
+        found = verdict(path, error)
+    agree_on_reading(path, found, group)
     if not path.is_dir():
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        problem = check_config(state["config"])
-        if problem:
-            raise IncompatibleCheckpoint(problem)
         return state
-    missing = missing_shard(path)
-    if missing:
-        raise DamagedCheckpoint(missing)
-    state = torch.load(path / TRAINING_STATE_FILE, map_location="cpu", weights_only=True)
-    problem = check_config(state["config"])
-    if problem:
-        raise IncompatibleCheckpoint(problem)
     tensors = {key: value for key, value in template().items() if key in SHARDED_KEYS}
     try:
         dcp.load(tensors, checkpoint_id=path)  # fills TENSORS in place, reading the parts this rank holds
@@ -338,6 +340,54 @@ def read_checkpoint(path: pathlib.Path, template: Callable[[], dict[str, Any]],
                                          f"was saved with to resume, or another --ckpt-dir to start afresh") from None
         raise
     return {**state, **tensors}
+
+
+def read_without_tensors(path: pathlib.Path, check_config: Callable[[dict[str, str]], str | None]) -> dict[str, Any]:
+    """A `.pt` file's whole state, or a sharded checkpoint's training state once its shards are all there."""
+    if path.is_dir():
+        missing = missing_shard(path)
+        if missing:
+            raise DamagedCheckpoint(missing)
+    state = torch.load(path / TRAINING_STATE_FILE if path.is_dir() else path, map_location="cpu", weights_only=True)
+    problem = check_config(state["config"])
+    if problem:
+        raise IncompatibleCheckpoint(problem)
+    return state
+
+
+def verdict(path: pathlib.Path, error: BaseException) -> tuple[str, str]:
+    """What ERROR, met reading PATH, says of it: ("incompatible" | "unreadable" | "damaged", the line)."""
+    if isinstance(error, IncompatibleCheckpoint):
+        return "incompatible", str(error)
+    cause = read_failure(error)
+    return ("unreadable", cannot_read(path, cause)) if cause is not None else ("damaged", damage(error))
+
+
+def agree_on_reading(path: pathlib.Path, found: tuple[str, str] | None, group: dist.ProcessGroup | None) -> None:
+    """Raises on every rank of GROUP alike when any rank could not use PATH (FOUND: this rank's verdict).
+    A checkpoint of another model, or one a rank cannot read, stops all; one damaged on every rank is
+    DamagedCheckpoint (moved aside, and the previous one tried); one whole on some ranks and damaged on
+    others (nodes that see the folder differently) stops all too, moving nothing: skipping it on some
+    ranks only would resume them from different steps, and moving it would lose a good checkpoint."""
+    verdicts = [found]
+    if group is not None:
+        verdicts = [None] * dist.get_world_size(group)
+        dist.all_gather_object(verdicts, found, group=group)
+    failed = {rank: found for rank, found in enumerate(verdicts) if found}
+    if not failed:
+        return
+    for kind, error in (("incompatible", IncompatibleCheckpoint), ("unreadable", CheckpointReadError)):
+        line = next((line for found_kind, line in failed.values() if found_kind == kind), None)
+        if line:
+            raise error(line)
+    reason = next(iter(failed.values()))[1]
+    if len(failed) < len(verdicts):
+        whole = [str(rank) for rank in range(len(verdicts)) if rank not in failed]
+        raise CheckpointReadError(
+            f"checkpoint {path} reads back whole on rank(s) {', '.join(whole)} but not on rank(s) "
+            f"{', '.join(map(str, failed))} ({reason}): the nodes see --ckpt-dir differently, as a stale network "
+            f"mount does; nothing was moved: make every node see the same files, then run the same command to resume")
+    raise DamagedCheckpoint(reason)
 
 
 def size_mismatch(error: CheckpointException) -> str | None:

@@ -68,10 +68,11 @@ class Checkpointer:
         unreadable = None
         try:
             loaded = load_newest_checkpoint(self.ckpt_dir, template=self.state.state_dict,
-                                            check_config=self.resumable, is_main=self.placement.is_main)
+                                            check_config=self.resumable, is_main=self.placement.is_main,
+                                            group=self.group)
         except IncompatibleCheckpoint as error:  # same answer on every rank: they read the same config
             raise CheckpointFailure(str(error), status=2) from None
-        except CheckpointReadError as error:  # perhaps on this rank's node alone (its mount): all ranks stop
+        except CheckpointReadError as error:  # every rank alike (agree_on_reading): all ranks stop
             loaded, unreadable = None, str(error)
         found: list[Any] = [None] * self.placement.world_size
         dist.all_gather_object(found, (loaded["step"] if loaded else 0, unreadable), group=self.group)
