@@ -112,3 +112,25 @@ def test_the_ends_that_may_be_lost_work_are_decided_once():
     assert may_have_been_lost("python3", 129) and not may_have_been_lost("python3", 0)
     assert not may_have_been_lost("bash", 129), "a holder's end is no lost work"
     assert lost_with_a_holder([Ended(31, "tmux: server", 1, 5.0)], since=0.0, told=set()) == []
+
+
+def test_a_torchrun_reading_a_pipe_has_its_workers_told_once_its_writers_are_gone():
+    """`producer | torchrun ...`: torchrun is a reader while the producer runs; then, as any torchrun, its
+    workers get the signal, never torchrun itself."""
+    producer = python(101, 100, "python3 produce.py", outputs=frozenset({"pipe:[7]"}))
+    reader = python(102, 100, TORCHRUN, "torchrun", stdin="pipe:[7]")
+    first = look(table(shell(100, SUPERVISOR), producer, reader, python(103, 102)), CONTAINER)
+    assert first.signal == (101,) and first.progress.readers == {102: {101}}
+    drained = look(table(shell(100, SUPERVISOR), reader, python(103, 102)), CONTAINER, first.progress)
+    assert drained.signal == (103,)
+
+
+def test_past_the_timeout_a_reader_whose_writers_are_gone_is_told_at_once():
+    """Its writers ended in the last seconds of STOP_TIMEOUT: no drain time is left, and step 3 tells it
+    before everything else is signalled."""
+    writer = python(101, 100, outputs=frozenset({"pipe:[1]"}))
+    reader = Process(102, 100, "tee", "tee", stdin="pipe:[1]")
+    step_2 = look(table(shell(100, SUPERVISOR), writer, reader), CONTAINER)
+    assert step_2.signal == (101,)
+    step_3 = look(table(shell(100, SUPERVISOR), reader), CONTAINER, step_2.progress.past_the_timeout())
+    assert step_3.signal == (102,)

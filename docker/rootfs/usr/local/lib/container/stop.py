@@ -20,7 +20,7 @@ import time
 
 import process_table
 import stop_policy
-from children import POLL_S, Children
+from children import FIRST_POLL_S, POLL_S, Children
 from run_folder import STOPPING, log, warn
 
 RESCAN_EVERY_S = 1.0    # at most this often, after some of the work exited, the table is read again
@@ -125,7 +125,7 @@ class Stop:
         deadline = time.monotonic() + WORK_FIRST_S
         progress = self.progress.past_the_timeout()
         waiting: set[int] = set()
-        while True:
+        while time.monotonic() < deadline:
             table = process_table.snapshot(self.container)
             plan = stop_policy.look(table, self.container, progress)
             progress = plan.progress
@@ -135,7 +135,7 @@ class Stop:
                     f"{describe(plan.signal, table)}")
                 waiting |= set(plan.signal)
             waiting = still_alive(waiting)
-            if not waiting or time.monotonic() >= deadline:
+            if not waiting:
                 break
             self.children.pause(POLL_S)
         self.progress = progress
@@ -152,10 +152,11 @@ class Stop:
         # gets no SIGHUP from it either.
         process_table.signal_each(signal.SIGHUP, stop_policy.shells(table, targets))
         left = still_alive(set(targets))
-        for _ in self.children.pauses(time.monotonic() + SERVICES_STOP_S):
-            left = still_alive(left)
-            if not left:
-                break
+        if left:
+            for _ in self.children.pauses(time.monotonic() + SERVICES_STOP_S):
+                left = still_alive(left)
+                if not left:
+                    break
         if failed or left:
             self.clean = False
             warn(f"still running {SERVICES_STOP_S} s after the services' SIGTERM, SIGKILLed: "
@@ -168,9 +169,9 @@ class Stop:
         reader's 0 a moment later): its own status, not step 3's SIGTERM, is the container's."""
         if self.command is None or not self.work_ended:
             return
-        for _ in self.children.pauses(time.monotonic() + COMMAND_ENDS_S):
-            if self.command in self.children.status:
-                break
+        deadline = time.monotonic() + COMMAND_ENDS_S
+        while self.command not in self.children.status and time.monotonic() < deadline:
+            self.children.pause(FIRST_POLL_S)  # a pipeline's reader returns within milliseconds
 
     def name_the_work_lost(self) -> None:
         """Work that a service's end took away (a JupyterLab terminal's job killed by the hang-up when the

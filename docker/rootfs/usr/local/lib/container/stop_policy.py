@@ -248,8 +248,9 @@ class Progress:
         return self.signalled | (self.tops - self.readers.keys())
 
     def past_the_timeout(self) -> Progress:
-        """Step 3's start: what was told and still runs is planned below from now on."""
-        return dataclasses.replace(self, below=self.told)
+        """Step 3's start: what was told and still runs is planned below from now on, and a reader left to
+        drain is a top like any other again (signalled now, once its writers are gone)."""
+        return dataclasses.replace(self, below=self.told, tops=self.tops - self.readers.keys(), readers={})
 
     def with_signalled(self, pids: list[int] | tuple[int, ...]) -> Progress:
         return dataclasses.replace(self, signalled=self.signalled | frozenset(pids))
@@ -270,7 +271,8 @@ def look(table: Table, container: Container, progress: Progress = Progress()) ->
     """What the stop signals at one look at the table, given its PROGRESS. Every top of the work not held
     by a terminal (holding_terminals), and every free kernel, gets first_signal_of, less what was signalled
     already; a top seen before gets only its new workers (torchrun --max-restarts starts new workers under
-    the same agent, which an earlier look reached through its old ones); a reader is left to drain."""
+    the same agent, which an earlier look reached through its old ones); a reader is left to drain while
+    its writers run (a torchrun reading a pipe gets its workers signalled once they are gone)."""
     work = user_work(table, container)
     kernels = notebook_kernels(table, container)
     children = children_of(table)
@@ -279,8 +281,6 @@ def look(table: Table, container: Container, progress: Progress = Progress()) ->
     now: list[int] = []
     readers: dict[int, frozenset[int]] = {}
     for top in seen:
-        if top in progress.readers:
-            continue
         writers = pipe_writers(table, top, work)
         if writers:
             if top not in progress.tops:
