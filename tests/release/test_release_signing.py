@@ -238,11 +238,22 @@ def test_a_moving_tag_moved_back_to_an_older_signed_release_is_refused_whatever_
         for named in (moving, f"{moving}@{first}"):
             line = one_error_line(verify(named, release.public_key))
             assert "moved back" in line and "signed as release 1," in line and second[:19] in line, line
+        # Moved back by a pusher, the tag names the first release: a routine `make sign` again of it must
+        # still not make it the newest.
+        again = sign_again(built["first"], flavor, release, tmp_path / "first")
+        line = one_error_line(again)
+        assert "moved back to an older build" in line and "SIGN_AS_NEWEST=1" in line, line
+        assert "signed " not in again.stdout, again.stdout
         pipeline = subprocess.run(["tools/pipeline/gate_and_submit.sh", moving], cwd=REPO_ROOT, capture_output=True,
                                   text=True, timeout=PUSH_TIMEOUT_S, check=False,
                                   env=dict(cosign_environment(), CKPT_DIR=str(tmp_path), COSIGN_PUB=str(release.public_key)))
         assert pipeline.returncode != 0 and "moved back" in pipeline.stderr, pipeline.stderr
         assert "3/4" not in pipeline.stderr, "an image that failed verification went on to the gate"
+        # Told on purpose, the old build is published as the newest.
+        meant = release_make("sign", built["first"], flavor, f"COSIGN_KEY={release.key}",
+                             f"RELEASE_DIR={tmp_path / 'first'}", "SIGN_AS_NEWEST=1")
+        assert meant.returncode == 0 and f"as release 1{'0' * 17}1\n" in meant.stdout, meant.stdout + meant.stderr
+        assert verify(moving, release.public_key).returncode == 0
     finally:
         docker("image", "rm", *built.values(), moving, check=False)
 

@@ -9,7 +9,8 @@ annotations naming the tag (so `make verify` refuses a tag moved to another sign
 release's number, one more than the highest any signature in the repository claims (so `make verify` can
 tell a moving tag moved back: release_order.py), then attests the image with the
 CycloneDX SBOM (`make sbom`) and the provenance predicate (`make build` wrote it). A moving tag is signed
-only for the image it names now: signing an older build as the newest is refused.
+only for the image it names now, and not for an image signed before as an older release of it (a tag
+moved back): signing an older build as the newest is refused unless SIGN_AS_NEWEST=1 says it is meant.
 
 COSIGN_KEY is a cosign key file (its password in COSIGN_PASSWORD). Empty COSIGN_KEY signs keyless,
 which needs an OIDC identity token: GitHub Actions with `permissions: id-token: write` has one.
@@ -23,7 +24,7 @@ import sys
 from cosign_cli import SEQUENCE_ANNOTATION, TAG_ANNOTATION, failure_line, run_cosign, transparency_log_flags
 from provenance import provenance_file_name
 from registry_api import NotFound, Registry
-from release_order import next_sequence
+from release_order import claims_in, next_sequence
 from sbom import image_id_of, read_sbom_of, sbom_file_name
 from tags import ReleaseError, compute_tags, is_moving, read_labels, run_command
 
@@ -103,6 +104,29 @@ def check_moving_tags_name_this_build(pushed: list[tuple[str, str]]) -> None:
                                f"publish this one as the newest on purpose, `make push` it again, then sign)")
 
 
+def check_not_moved_back(pushed: list[tuple[str, str]]) -> None:
+    """Refuses to sign a moving tag for an image signed before as an older release of it than another
+    image's: the tag names this build only because someone moved it back (anyone who can push can), and a
+    routine `make sign` again would make the old build the newest. The repository's claims are read
+    unverified, as next_sequence reads them; SIGN_AS_NEWEST=1 publishes the build as the newest on purpose."""
+    if os.environ.get("SIGN_AS_NEWEST") == "1":
+        return
+    for reference, digest in pushed:
+        repository, _, tag = reference.rpartition(":")
+        if not is_moving(tag):
+            continue
+        claims = [claim for claim in claims_in(Registry(repository)) if claim.tag == tag]
+        own = max((claim.sequence for claim in claims if claim.digest == digest), default=0)
+        later = max((claim for claim in claims if claim.digest != digest and claim.sequence > own),
+                    key=lambda claim: claim.sequence, default=None)
+        if own and later:
+            raise ReleaseError(f"{reference} names {digest[:19]}, signed before as release {own} of {tag}, while "
+                               f"{later.digest[:19]} is claimed as the later release {later.sequence}: the tag was "
+                               f"moved back to an older build, and signing would make it the newest {tag}; push the "
+                               f"newest build to {tag} again, or sign with SIGN_AS_NEWEST=1 to publish this build "
+                               f"as the newest on purpose")
+
+
 def _cosign_or_fail(what: str, *args: str) -> None:
     result = run_cosign(*args)
     if result.returncode != 0:
@@ -118,6 +142,7 @@ def sign(image: str, release_dir: str, key: str) -> list[str]:
     read_sbom_of(image, directory, labels)  # refuses an SBOM taken from another image of this tag
     check_pushed_are_this_image(image, pushed)  # and digests pushed from another build of it
     check_moving_tags_name_this_build(pushed)
+    check_not_moved_back(pushed)
     # One number for the whole release, in each repository it went to: what orders it among the others.
     sequences = {repository: next_sequence(Registry(repository))
                  for repository in dict.fromkeys(reference.rpartition(":")[0] for reference, _ in pushed)}
