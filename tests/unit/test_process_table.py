@@ -119,3 +119,40 @@ def test_a_sigterm_reaches_a_job_stopped_with_ctrl_z_and_a_gone_pid_is_no_failur
     assert process_table.signal_each(signal.SIGTERM, [worker.pid]) == []
     assert worker.wait(timeout=30) == 0 and worker.stdout.readline() == "saved\n"
     assert process_table.signal_each(signal.SIGTERM, [worker.pid]) == [], "reaped: gone, not a failure"
+
+
+# A Jupyter server, as far as the table can tell: a Python program run as `jupyter-lab`, which starts a
+# kernel that is not Python (here `tail`, handed a kernel's connection file as IRkernel and xeus are) with a
+# cell's program below it, and waits.
+SERVER = """
+import os, subprocess, sys
+kernel = subprocess.Popen(["sh", "-c", "python3 -c 'import time; time.sleep(600)' & exec tail -f /dev/null \\"$0\\"",
+                           os.environ["CONNECTION_FILE"]], stderr=subprocess.DEVNULL)
+print("ready", kernel.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_kernel_of_any_language_is_told_by_its_connection_file_and_its_cells_work_is_signalled_first(tmp_path):
+    runtime = tmp_path / "jupyter" / "runtime"
+    runtime.mkdir(parents=True)
+    (tmp_path / "jupyter-lab").write_text(SERVER)
+    server = subprocess.Popen([sys.executable, str(tmp_path / "jupyter-lab")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, CONNECTION_FILE=str(runtime / "kernel-5f3c-e1.json")))
+    try:
+        kernel = int(server.stdout.readline().split()[1])
+        deadline = time.monotonic() + 10
+        while True:  # sh's exec is done, and the cell's program runs below the kernel, exec'd too
+            table = process_table.snapshot(CONTAINER)
+            cells = [pid for pid, row in table.items() if row.parent == kernel and row.name.startswith("python")]
+            if table[kernel].name == "tail" and cells:
+                break
+            assert time.monotonic() < deadline, table.get(kernel)
+        assert stop_policy.is_kernel(table[kernel]) and kernel not in stop_policy.user_work(table, CONTAINER)
+        assert stop_policy.look(table, CONTAINER).signal == tuple(cells)
+    finally:
+        server.kill()
+        subprocess.run(["pkill", "-KILL", "-f", str(runtime)], check=False)
+        subprocess.run(["pkill", "-KILL", "-f", "time.sleep(600)"], check=False)
+        server.wait(timeout=10)

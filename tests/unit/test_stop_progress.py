@@ -134,3 +134,13 @@ def test_past_the_timeout_a_reader_whose_writers_are_gone_is_told_at_once():
     assert step_2.signal == (101,)
     step_3 = look(table(shell(100, SUPERVISOR), reader), CONTAINER, step_2.progress.past_the_timeout())
     assert step_3.signal == (102,)
+
+
+def test_a_kernel_of_another_language_holds_its_cells_programs_like_an_ipython_kernel():
+    """IRkernel's R, handed the connection file a Jupyter server writes: what its cell started is told first,
+    as a terminal's job is; the kernel once nothing of its cell runs below it."""
+    r_kernel = Process(21, SERVER, "R", None,
+                       "R --slave -e IRkernel::main() --args /home/dev/.local/share/jupyter/runtime/kernel-5f3c.json")
+    running = look(table(r_kernel, python(22, 21)), CONTAINER)
+    assert running.signal == (22,) and 21 in running.work
+    assert look(table(r_kernel), CONTAINER, running.progress).signal == (21,)

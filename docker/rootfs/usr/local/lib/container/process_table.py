@@ -201,6 +201,13 @@ def read_outputs(pid: int) -> frozenset[str]:
     return frozenset(link for link in links if link and link.startswith("pipe:"))
 
 
+def read_children_commands(parents: set[int], rows: dict[int, tuple[int, str, int, int]],
+                           details: dict[int, tuple[str | None, str]], owners: dict[int, tuple[int, int]]) -> None:
+    """Adds to DETAILS the command line of each child of PARENTS not read yet (its program stays unread)."""
+    children = [pid for pid, (parent, _, _, _) in rows.items() if parent in parents and pid not in details]
+    details.update((pid, (None, command)) for pid, command in read_as_owners(children, read_command, owners).items())
+
+
 def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_policy.Table:
     """The live processes (a zombie has exited already) with what the stop policy needs of each. With
     PIPES, the stdin of each top of the user's work, and where one is a pipe, every work's outputs.
@@ -224,12 +231,13 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
                      if stop_policy.may_be_holder(name) or stop_policy.may_be_python(name)]
     details = read_as_owners(worth_reading, lambda pid: read_program_and_command(pid, rows[pid][1]),
                            owners)
-    # What a kernel forked runs its command line under any name (a loop's DataLoader workers), and stays
-    # the kernel's: a kernel's other children are read too, the few that there are.
+    # A Jupyter server's children are its kernels, of any language, and its terminals: read, the few that
+    # there are. What a kernel forked runs its command line under any name (a loop's DataLoader workers),
+    # and stays the kernel's: a kernel's other children are read too.
+    servers = {pid for pid, (_, command) in details.items() if stop_policy.SERVER_COMMAND.search(command)}
+    read_children_commands(servers, rows, details, owners)
     kernels = {pid for pid, (_, command) in details.items() if stop_policy.KERNEL_COMMAND.search(command)}
-    below_kernels = [pid for pid, (parent, _, _, _) in rows.items() if parent in kernels and pid not in details]
-    details.update((pid, (None, command))
-                   for pid, command in read_as_owners(below_kernels, read_command, owners).items())
+    read_children_commands(kernels, rows, details, owners)
     hosts = terminal_hosts(rows, owners)
     for pid, (parent, name, session, terminal) in rows.items():
         program, command = details.get(pid, (None, ""))

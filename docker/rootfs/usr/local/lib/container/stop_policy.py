@@ -43,15 +43,15 @@ HOLDER_NAMES = frozenset({"tini", "sshd", "bash", "sh", "dash", "zsh", "fish", "
 # Names a holder's program gives its main thread whatever its executable (Node 24 calls it MainThread, so
 # code-server's processes carry that name): for these the executable is read, and decides alone.
 RENAMED_HOLDER_NAMES = frozenset({"MainThread"})
-KERNEL_COMMAND = re.compile(r"ipykernel_launcher|-m ipykernel")
-JUPYTER_COMMAND = re.compile(r"(^|/)(jupyter-lab|jupyterhub-singleuser|jupyter-server|jupyter-notebook)( |$)"
-                             r"|" + KERNEL_COMMAND.pattern)
+SERVER_COMMAND = re.compile(r"(^|/)(jupyter-lab|jupyterhub-singleuser|jupyter-server|jupyter-notebook)( |$)")
+# A notebook kernel of any language: ipykernel, or a program handed the connection file a Jupyter server
+# writes for a kernel in its runtime folder (IRkernel, xeus-python, a kernel spec of the user's).
+KERNEL_COMMAND = re.compile(r"ipykernel_launcher|-m ipykernel|/jupyter/runtime/kernel-[\w-]+\.json( |$)")
+JUPYTER_COMMAND = re.compile(SERVER_COMMAND.pattern + "|" + KERNEL_COMMAND.pattern)
 TORCHRUN_COMMAND = re.compile(r"(/torchrun|torch\.distributed\.run|torch/distributed/run\.py) ")
 # Names of programs that may be a Python program: only theirs is the command line worth reading.
 PYTHON_NAMES = ("python", "pt_elastic", "torchrun", "jupyter", "ipykernel")
 READER_DRAIN_S = 5.0
-
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +129,8 @@ def is_holder(process: Process, container: Container) -> bool:
             return True
     elif process.name in HOLDER_NAMES:
         return True
-    # A command line is read only for a Python program and for what a kernel forked (process_table.py).
+    # A command line is read only for a Python program, for what a Jupyter server started and for what a
+    # kernel forked (process_table.py).
     return bool(JUPYTER_COMMAND.search(process.command))
 
 
