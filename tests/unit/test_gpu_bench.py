@@ -299,9 +299,13 @@ def test_a_stopped_benchmark_ends_the_run_in_flight_and_keeps_the_rows_before_it
     code = STOPPABLE.format(scripts=str(REPO_ROOT / "scripts"), repo=str(REPO_ROOT))
     env = {**os.environ, "FAKE_RUNS": json.dumps({"bare-ddp-16": "hangs"}), "FAKE_WORKERS": str(tmp_path / "workers")}
     benchmark = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "out"), str(fake_launcher)], env=env)
-    wait_until(lambda: (tmp_path / "workers").exists(), 60, interval=0.1)
-    benchmark.send_signal(signal.SIGTERM)
-    assert benchmark.wait(timeout=30) == 0
+    try:
+        wait_until(lambda: (tmp_path / "workers").exists(), 60, interval=0.1)
+        benchmark.send_signal(signal.SIGTERM)
+        assert benchmark.wait(timeout=30) == 0
+    finally:
+        benchmark.kill()  # whatever failed above, no benchmark is left running beside the other tests
+        benchmark.wait(timeout=10)
     rows = json.loads((tmp_path / "out" / "gpu_bench.json").read_text())["runs"]
     assert [row.get("error") for row in rows] == [None, "stopped by SIGTERM"], rows
     (worker,) = map(int, (tmp_path / "workers").read_text().split())

@@ -150,7 +150,9 @@ def test_a_kernel_of_any_language_is_told_by_its_connection_file_and_its_cells_w
                 break
             assert time.monotonic() < deadline, table.get(kernel)
         assert stop_policy.is_kernel(table[kernel]) and kernel not in stop_policy.user_work(table, CONTAINER)
-        assert stop_policy.look(table, CONTAINER).signal == tuple(cells)
+        # Among whatever else this test process runs (multiprocessing's resource tracker, say).
+        signalled = stop_policy.look(table, CONTAINER).signal
+        assert set(cells) <= set(signalled) and kernel not in signalled, (cells, kernel, signalled)
     finally:
         server.kill()
         subprocess.run(["pkill", "-KILL", "-f", str(runtime)], check=False)
