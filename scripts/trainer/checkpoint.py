@@ -297,9 +297,9 @@ def load_newest_checkpoint(ckpt_dir: pathlib.Path, *, template: Callable[[], dic
         except (IncompatibleCheckpoint, CheckpointReadError):
             raise
         except (Exception, CheckpointException) as error:  # truncated, missing, corrupt: "not usable"
-            cause = read_failure(error)
-            if cause is not None:
-                raise CheckpointReadError(cannot_read(path, cause)) from error
+            kind, line = verdict(path, error)  # after agree_on_reading: dcp.load's, alike on every rank
+            if kind == "unreadable":
+                raise CheckpointReadError(line) from error
             if is_main:
                 move_aside(path, error)
             set_aside += 1
