@@ -106,11 +106,12 @@ def claims_of_signature_tag(registry: Registry, name: str, digest: str) -> list[
     return claims
 
 
-def next_sequence(registry: Registry) -> int:
-    """The number the next release signed into the repository gets: one more than any claim there, verified
-    or not. So another key's releases (a rotated key) count, and a false claim can only make the numbers jump,
-    or, at the largest number a payload carries, stop signing in one line that names the image to clean up."""
-    readable = [claim for claim in claims_in(registry) if claim.sequence != UNREAD]
+def next_sequence(registry: Registry, claims: list[Claim]) -> int:
+    """The number the next release signed into the repository gets: one more than any of its CLAIMS
+    (claims_in), verified or not. So another key's releases (a rotated key) count, and a false claim can only
+    make the numbers jump, or, at the largest number a payload carries, stop signing in one line that names
+    the image to clean up."""
+    readable = [claim for claim in claims if claim.sequence != UNREAD]
     highest = max(readable, key=lambda claim: claim.sequence, default=Claim("", "", 0))
     if highest.sequence >= LARGEST:
         raise ReleaseError(f"{highest.digest[:19]} in {registry.host}/{registry.path} claims release "

@@ -24,7 +24,7 @@ import sys
 from cosign_cli import SEQUENCE_ANNOTATION, TAG_ANNOTATION, failure_line, run_cosign, transparency_log_flags
 from provenance import provenance_file_name
 from registry_api import NotFound, Registry
-from release_order import claims_in, next_sequence
+from release_order import Claim, claims_in, next_sequence
 from sbom import image_id_of, read_sbom_of, sbom_file_name
 from tags import ReleaseError, compute_tags, is_moving, read_labels, run_command
 
@@ -104,10 +104,10 @@ def check_moving_tags_name_this_build(pushed: list[tuple[str, str]]) -> None:
                                f"publish this one as the newest on purpose, `make push` it again, then sign)")
 
 
-def check_not_moved_back(pushed: list[tuple[str, str]]) -> None:
+def check_not_moved_back(pushed: list[tuple[str, str]], claims: dict[str, list[Claim]]) -> None:
     """Refuses to sign a moving tag for an image signed before as an older release of it than another
     image's: the tag names this build only because someone moved it back (anyone who can push can), and a
-    routine `make sign` again would make the old build the newest. The repository's claims are read
+    routine `make sign` again would make the old build the newest. CLAIMS, each repository's, are read
     unverified, as next_sequence reads them; SIGN_AS_NEWEST=1 publishes the build as the newest on purpose."""
     if os.environ.get("SIGN_AS_NEWEST") == "1":
         return
@@ -115,9 +115,9 @@ def check_not_moved_back(pushed: list[tuple[str, str]]) -> None:
         repository, _, tag = reference.rpartition(":")
         if not is_moving(tag):
             continue
-        claims = [claim for claim in claims_in(Registry(repository)) if claim.tag == tag]
-        own = max((claim.sequence for claim in claims if claim.digest == digest), default=0)
-        later = max((claim for claim in claims if claim.digest != digest and claim.sequence > own),
+        of_tag = [claim for claim in claims[repository] if claim.tag == tag]
+        own = max((claim.sequence for claim in of_tag if claim.digest == digest), default=0)
+        later = max((claim for claim in of_tag if claim.digest != digest and claim.sequence > own),
                     key=lambda claim: claim.sequence, default=None)
         if own and later:
             raise ReleaseError(f"{reference} names {digest[:19]}, signed before as release {own} of {tag}, while "
@@ -142,10 +142,14 @@ def sign(image: str, release_dir: str, key: str) -> list[str]:
     read_sbom_of(image, directory, labels)  # refuses an SBOM taken from another image of this tag
     check_pushed_are_this_image(image, pushed)  # and digests pushed from another build of it
     check_moving_tags_name_this_build(pushed)
-    check_not_moved_back(pushed)
-    # One number for the whole release, in each repository it went to: what orders it among the others.
-    sequences = {repository: next_sequence(Registry(repository))
-                 for repository in dict.fromkeys(reference.rpartition(":")[0] for reference, _ in pushed)}
+    # Each repository's signatures are read once: what they claim orders this release among the others.
+    registries = {repository: Registry(repository)
+                  for repository in dict.fromkeys(reference.rpartition(":")[0] for reference, _ in pushed)}
+    claims = {repository: claims_in(registry) for repository, registry in registries.items()}
+    check_not_moved_back(pushed, claims)
+    # One number for the whole release, in each repository it went to.
+    sequences = {repository: next_sequence(registry, claims[repository])
+                 for repository, registry in registries.items()}
     signed = []
     for reference, digest in pushed:
         repository, _, tag = reference.rpartition(":")
