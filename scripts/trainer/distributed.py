@@ -4,8 +4,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import gc
+import math
 import os
 import signal
+import time
 from typing import Any, NamedTuple
 
 import torch
@@ -67,6 +69,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Slurm's --signal=USR1@SECONDS (ahead of the time limit) and the container's supervisor beside a command
 # send SIGUSR1: a checkpoint now, and training goes on. By default it would end the process unsaved.
 SAVE_SIGNAL = signal.SIGUSR1
+# One request may come as several signals: Slurm may deliver --signal twice, and `kill -USR1` to every rank
+# reaches them one after the other, some before a step's vote and some after it. A SIGUSR1 within this
+# long of the checkpoint a SIGUSR1 asked for is answered by that checkpoint.
+SAVE_SIGNAL_REPEATS_WITHIN_S = 10.0
 
 
 class Requests(NamedTuple):
@@ -79,7 +85,7 @@ class StopSignal:
     """Remembers a stop signal (STOP_SIGNALS) instead of dying of it, so training can stop at a step
     boundary, and SAVE_SIGNAL as a request for a checkpoint at the next one. The handler only records: a
     second signal while the checkpoint is being written changes nothing, and SIGUSR1s that come together
-    (Slurm may deliver one twice) make one checkpoint. Output to a terminal that hung up is dropped by
+    (SAVE_SIGNAL_REPEATS_WITHIN_S) make one checkpoint. Output to a terminal that hung up is dropped by
     trainer/output.py, so the save goes on.
 
     Used as `with StopSignal() as stop:`, it leaves the process as it found it:
@@ -93,6 +99,7 @@ class StopSignal:
     def __init__(self) -> None:
         self.received: str | None = None
         self.save_asked = False
+        self.save_answered_at = -math.inf  # time.monotonic() of the last vote that made the ranks save
         self._replaced: dict[signal.Signals, Any] = {}
 
     def __enter__(self) -> StopSignal:
@@ -109,7 +116,8 @@ class StopSignal:
 
     def _record(self, signum: int, frame: object) -> None:
         if signum == SAVE_SIGNAL:
-            self.save_asked = True
+            if time.monotonic() - self.save_answered_at >= SAVE_SIGNAL_REPEATS_WITHIN_S:
+                self.save_asked = True
         else:
             self.received = signal.Signals(signum).name
 
@@ -119,7 +127,10 @@ class StopSignal:
         vote = torch.tensor([1 if self.received else 0, 1 if self.save_asked else 0])
         self.save_asked = False
         dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=control_group)
-        return Requests(stop=bool(vote[0]), save=bool(vote[1]))
+        requests = Requests(stop=bool(vote[0]), save=bool(vote[1]))
+        if requests.save:
+            self.save_answered_at = time.monotonic()
+        return requests
 
 
 def finish_process_group() -> None:

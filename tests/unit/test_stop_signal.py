@@ -90,3 +90,17 @@ def test_sigusr1_asks_for_one_checkpoint_however_often_it_comes_and_never_stops(
         os.kill(os.getpid(), signal.SIGUSR1)  # within the stop: harmless
         assert stop.received == "SIGTERM"
     assert signal.getsignal(signal.SIGUSR1) == before
+
+
+def test_sigusr1_repeated_after_the_vote_that_answered_it_asks_for_no_second_checkpoint(one_rank, monkeypatch):
+    """`kill -USR1` to every rank, or Slurm's second delivery, may land after the step's vote that already
+    made the ranks save: within SAVE_SIGNAL_REPEATS_WITHIN_S it is the same request."""
+    import torch.distributed as dist
+    with StopSignal() as stop:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert stop.agree(dist.group.WORLD).save
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert not stop.agree(dist.group.WORLD).save
+        monkeypatch.setattr("trainer.distributed.SAVE_SIGNAL_REPEATS_WITHIN_S", 0.0)
+        os.kill(os.getpid(), signal.SIGUSR1)  # a later request: a checkpoint of its own
+        assert stop.agree(dist.group.WORLD).save
