@@ -123,11 +123,12 @@ def test_a_sigterm_reaches_a_job_stopped_with_ctrl_z_and_a_gone_pid_is_no_failur
 
 # A Jupyter server, as far as the table can tell: a Python program run as `jupyter-lab`, which starts a
 # kernel that is not Python (here `tail`, handed a kernel's connection file as IRkernel and xeus are) with a
-# cell's program below it, and waits.
+# cell's program below it, and waits. The kernel writes nowhere the test reads: tail, given two files,
+# prints a header for each, which once came before the "ready" line.
 SERVER = """
 import os, subprocess, sys
 kernel = subprocess.Popen(["sh", "-c", "python3 -c 'import time; time.sleep(600)' & exec tail -f /dev/null \\"$0\\"",
-                           os.environ["CONNECTION_FILE"]], stderr=subprocess.DEVNULL)
+                           os.environ["CONNECTION_FILE"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print("ready", kernel.pid, flush=True)
 sys.stdin.read()
 """
