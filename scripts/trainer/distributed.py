@@ -98,7 +98,10 @@ class StopSignal:
 
     def __init__(self) -> None:
         self.received: str | None = None
-        self.save_asked = False
+        # SIGUSR1s recorded, and how many of them a vote has carried. The handler only counts up and the
+        # vote only moves its own mark: a signal that lands while a vote is being built is in the next.
+        self.saves_asked = 0
+        self._saves_voted = 0
         self.save_answered_at = -math.inf  # time.monotonic() of the last vote that made the ranks save
         self._replaced: dict[signal.Signals, Any] = {}
 
@@ -117,20 +120,26 @@ class StopSignal:
     def _record(self, signum: int, frame: object) -> None:
         if signum == SAVE_SIGNAL:
             if time.monotonic() - self.save_answered_at >= SAVE_SIGNAL_REPEATS_WITHIN_S:
-                self.save_asked = True
+                self.saves_asked += 1
         else:
             self.received = signal.Signals(signum).name
 
     def agree(self, control_group: dist.ProcessGroup) -> Requests:
         """What any rank was asked, the same on every rank at the same step: all ranks stop on the step
         after any rank's stop signal, and all save on the step after any rank's SIGUSR1 (answered here)."""
-        vote = torch.tensor([1 if self.received else 0, 1 if self.save_asked else 0])
-        self.save_asked = False
+        saves_asked = self.saves_asked  # read once: a later SIGUSR1 counts up past it, for the next vote
+        vote = torch.tensor([1 if self.received else 0, 1 if saves_asked > self._saves_voted else 0])
+        self._saves_voted = saves_asked
         dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=control_group)
         requests = Requests(stop=bool(vote[0]), save=bool(vote[1]))
         if requests.save:
             self.save_answered_at = time.monotonic()
         return requests
+
+    @property
+    def save_asked(self) -> bool:
+        """Whether a SIGUSR1 came that no vote has carried yet."""
+        return self.saves_asked > self._saves_voted
 
 
 def finish_process_group() -> None:

@@ -104,3 +104,21 @@ def test_sigusr1_repeated_after_the_vote_that_answered_it_asks_for_no_second_che
         monkeypatch.setattr("trainer.distributed.SAVE_SIGNAL_REPEATS_WITHIN_S", 0.0)
         os.kill(os.getpid(), signal.SIGUSR1)  # a later request: a checkpoint of its own
         assert stop.agree(dist.group.WORLD).save
+
+
+def test_a_sigusr1_that_lands_while_a_vote_is_built_is_carried_by_the_next_vote(one_rank, monkeypatch):
+    """The handler runs between any two lines of the loop, the vote's own included: a request that lands
+    after the vote read the requests, and before it marked them carried, must not be wiped out."""
+    import torch
+    import torch.distributed as dist
+    build_the_vote = torch.tensor
+
+    def signal_arrives_meanwhile(*args: object, **kwargs: object) -> torch.Tensor:
+        os.kill(os.getpid(), signal.SIGUSR1)  # Python runs the handler before this function returns
+        return build_the_vote(*args, **kwargs)
+
+    with StopSignal() as stop:
+        monkeypatch.setattr(torch, "tensor", signal_arrives_meanwhile)
+        assert not stop.agree(dist.group.WORLD).save, "asked after this vote read the requests"
+        monkeypatch.setattr(torch, "tensor", build_the_vote)
+        assert stop.agree(dist.group.WORLD).save, "the request was lost"
