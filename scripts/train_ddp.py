@@ -21,15 +21,18 @@ What it does, in the order this file does it:
     (trainer/parallel.py holds every line where the two differ);
   * trains with a DistributedSampler, bf16/fp16/fp32, gradient accumulation, clipping and optional
     per-block torch.compile and activation checkpointing;
-  * leaves checkpoints to one owner, trainer/checkpointer.py, which the loop calls once per step and
-    once at the end: it locks --ckpt-dir for this job, resumes from the newest readable checkpoint at
-    the exact batch it stopped at (at any world size for sharded checkpoints), writes checkpoints
-    atomically (one file from rank 0 under DDP, one shard per rank under FSDP, in the background while
-    training goes on) and keeps the newest --keep;
+  * leaves checkpoints to one owner, trainer/checkpointer.py, which the loop calls to resume, after each
+    step, when SIGUSR1 asks for a checkpoint, after the first step (--compile: the compiled code) and at
+    the end: it locks --ckpt-dir for this job, resumes from the newest readable checkpoint at the exact
+    batch it stopped at (at any world size for sharded checkpoints), writes checkpoints atomically (one
+    file from rank 0 under DDP, one shard per rank under FSDP, in the background while training goes
+    on) and keeps the newest --keep;
   * on SIGTERM/SIGINT/SIGHUP (a terminal that closed; not one the process ignores, as under `nohup`)
     stops every rank at the same step, finishes a background save in flight, saves, and exits 0
     (docs/training.md says how long that takes against docker stop's grace period); main() then gives
     the process its own handlers back, so a notebook kernel that called it stops as it did before;
+  * on SIGUSR1 (Slurm's --signal=USR1@SECONDS before a time limit) saves a checkpoint at the next step
+    on every rank, and trains on;
   * outlives its output: a progress line that cannot be written (`| head`, a full disk) is dropped
     with one note, and training goes on (trainer/output.py).
 The training state (model, optimizer, scaler, schedule, data position) is one object,
@@ -135,7 +138,7 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
                         pin_memory=device.type == "cuda" if args.pin_memory is None else args.pin_memory,
                         persistent_workers=args.persistent_workers and args.num_workers > 0)
     state = TrainingState(model, optimizer=optimizer, scaler=scaler, scheduler=scheduler,
-                          stream=MicroBatchStream(loader, sampler=sampler, epoch=0, batches_done=0), args=args,
+                          stream=MicroBatchStream(loader, sampler=sampler), args=args,
                           placement=placement, device=device, precision=precision, group=group)
     return state, reporter
 
@@ -146,7 +149,7 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
     args = state.args
     prometheus.training_started(state.step)
     reporter.restart_clock(state.step)
-    state.stream.wait_seconds = 0.0
+    state.stream.take_wait_seconds()  # what resuming waited is no step's
     loss_sum = torch.zeros((), device=state.device)
     start_step = state.step
     while state.step < args.max_steps:
@@ -161,12 +164,14 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
         state.step += 1
         prometheus.step_finished(state.step)
         if state.step == start_step + 1:  # everything is compiled now: what it cost; the code kept for a resume
-            first_step_done(clock.first_step_done(state.group), state, reporter, checkpointer, stop)
+            first = clock.first_step_done(state.group)
+            report_first_step(first, state, reporter)
+            if args.compile and not stop.received:  # not from the grace period a waiting stop has
+                checkpointer.save_compiled_code(compiled_anything=first.compile.misses > 0)
         if state.step % args.log_every == 0 or state.step == args.max_steps:
-            totals = gather_for_the_report(loss_sum, peak_memory_bytes(state), state.stream.wait_seconds)
+            totals = gather_for_the_report(loss_sum, peak_memory_bytes(state), state.stream.take_wait_seconds())
             reporter.report(state, lr, totals)
             loss_sum.zero_()
-            state.stream.wait_seconds = 0.0
         checkpointer.step_done()
     checkpointer.finish()  # a stop signal too: the save in flight, then the last step
     reporter.close()
@@ -174,17 +179,13 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
         print(end_line(state, stop), flush=True)
 
 
-def first_step_done(first: FirstStep, state: TrainingState, reporter: MetricsReporter,
-                    checkpointer: Checkpointer, stop: StopSignal) -> None:
-    """The first step's line, its figures in the next metrics record, and (--compile) the compiled code
-    saved; not while a stop signal waits, whose grace period the save would take from."""
+def report_first_step(first: FirstStep, state: TrainingState, reporter: MetricsReporter) -> None:
+    """The first step's line, and its figures in the next metrics record and on the Prometheus endpoint."""
     if state.placement.is_main:
         print(first.line(), flush=True)
     figures = first.record()
     reporter.add_to_next_record(figures)
     prometheus.first_step_done(figures)
-    if state.args.compile and not stop.received:
-        checkpointer.save_compiled_code(compiled_anything=first.compile.misses > 0)
 
 
 def start_line(state: TrainingState) -> str:
@@ -284,9 +285,10 @@ def gather_for_the_report(loss_sum: torch.Tensor, memory_bytes: int, data_wait_s
                         device=loss_sum.device)
     everyone = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)
-    return RankTotals(loss_sum=sum(values[0].item() for values in everyone) / len(everyone),
-                      memory_per_rank=[int(values[1].item()) for values in everyone],
-                      data_wait_seconds=tuple(values[2].item() for values in everyone))
+    ranks = torch.stack(everyone).tolist()  # one copy to the host, not one per number
+    return RankTotals(loss_sum=sum(rank[0] for rank in ranks) / len(ranks),
+                      memory_per_rank=[int(rank[1]) for rank in ranks],
+                      data_wait_seconds=tuple(rank[2] for rank in ranks))
 
 
 def peak_memory_bytes(state: TrainingState) -> int:

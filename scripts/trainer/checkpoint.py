@@ -60,7 +60,7 @@ def write_atomically(path: pathlib.Path, write_to: Callable[[BinaryIO], object])
     Raises CheckpointWriteError, with the partial file removed, when the disk is full or the folder
     cannot be written.
     """
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    temporary = temporary_sibling(path)
     try:
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask
     except OSError as error:
@@ -152,7 +152,7 @@ def announce_temporary_folder(path: pathlib.Path, is_main: bool, group: dist.Pro
     on every rank."""
     announced: list[Any] = [None, None]  # the folder, or the problem
     if is_main:
-        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        temporary = temporary_sibling(path)
         try:
             os.mkdir(temporary)
             announced[0] = temporary
@@ -234,9 +234,16 @@ def remove_old_checkpoints(ckpt_dir: pathlib.Path, keep: int, saved_step: int) -
         remove(stale)
 
 
+def temporary_sibling(path: pathlib.Path) -> pathlib.Path:
+    """A fresh hidden name beside PATH for a write in progress, renamed to PATH once it is whole. Its
+    pattern is what remove_temporaries deletes: keep the two together."""
+    return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+
+
 def remove_temporaries(ckpt_dir: pathlib.Path) -> None:
-    """Deletes the temporary files and folders of saves that crashed. Only the holder of the folder's lock
-    (trainer.folder_lock) may call it, before its own first save: then no live job owns any of them."""
+    """Deletes the temporary files and folders (temporary_sibling) of saves that crashed. Only the holder
+    of the folder's lock (trainer.folder_lock) may call it, before its own first save: then no live job
+    owns any of them."""
     for stale in [*ckpt_dir.glob(".step_*.tmp"), *ckpt_dir.glob(".compiled_code.*.tmp")]:
         remove(stale)
 

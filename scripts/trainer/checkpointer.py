@@ -1,10 +1,14 @@
 """The one owner of a run's checkpoints: the folder's lock, resume, the save interval, background saves
-in flight, pruning and the final save. The loop makes one call per step and one at the end:
+in flight, pruning and the final save. The loop calls it at these points, and nowhere else:
 
     with Checkpointer(state) as checkpointer:  # state: a trainer.state.TrainingState
         checkpointer.resume()                  # lock --ckpt-dir, load the newest readable checkpoint
         while ...:
+            if asked.save:                     # a SIGUSR1, agreed by every rank at this step
+                checkpointer.save_now("why")   # a checkpoint of this step, before it is trained on
             ...one step...
+            if first step and --compile:
+                checkpointer.save_compiled_code(compiled_anything=...)  # for a warm resume
             checkpointer.step_done()           # saves every --save-every steps; reports background saves
         checkpointer.finish()                  # waits for the save in flight, saves the last step
     # closed on leaving the block, after a crash too: no write left running, the lock released
@@ -140,7 +144,7 @@ class Checkpointer:
             self.finish_background_save()
         if self.state.step > self.last_saved_step or (self.max_steps == 0 and self.state.step == 0):
             self.save(in_background=False)
-        dist.barrier(group=self.group)  # nobody leaves while rank 0 may still be writing
+        dist.barrier(group=self.group)  # nobody leaves while rank 0 may still be pruning old checkpoints
 
     def __enter__(self) -> Checkpointer:
         return self

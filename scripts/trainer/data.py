@@ -19,6 +19,12 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 NOISE_SCALE = 1.5  # large enough that the task takes some steps to learn, small enough to learn
 
 
+def sample_generator(seed: int, index: int) -> torch.Generator:
+    """The random stream of synthetic sample INDEX: one generator per sample, so the same index gives the
+    same sample in any worker, rank, world size or run (what makes a resume exact)."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + index + 1)
+
+
 class SyntheticImages(Dataset):
     """Images made of a per-class prototype plus Gaussian noise; labels are learnable from pixels."""
 
@@ -32,8 +38,7 @@ class SyntheticImages(Dataset):
         return self.num_samples
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        # One generator per sample: the same index gives the same sample in any worker, rank or run.
-        rng = torch.Generator().manual_seed(self.seed * 1_000_003 + index + 1)
+        rng = sample_generator(self.seed, index)
         label = int(torch.randint(len(self.prototypes), (1,), generator=rng))
         noise = torch.randn(self.prototypes.shape[1:], generator=rng)
         return self.prototypes[label] + NOISE_SCALE * noise, label
@@ -55,7 +60,7 @@ class SyntheticTokens(Dataset):
         return self.num_samples
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        rng = torch.Generator().manual_seed(self.seed * 1_000_003 + index + 1)
+        rng = sample_generator(self.seed, index)
         start = torch.randint(self.vocab_size, (1,), generator=rng)
         steps = torch.randint(1, SYNTHETIC_BRANCHES + 1, (self.seq_len,), generator=rng)
         tokens = torch.cat([start, start + steps.cumsum(0)]) % self.vocab_size
@@ -127,21 +132,29 @@ class MicroBatchStream:
     """Hands out micro-batches epoch after epoch and knows its position, for exact resumption.
 
     `epoch` and `batches_done` (micro-batches this rank consumed in the epoch) are what a checkpoint
-    records; a new stream built from them continues with the very next batch. `wait_seconds` adds up the
-    time the trainer waited for its batches (the reports' data-wait share); whoever reports resets it.
+    records; seek() to them continues with the very next batch. It also adds up the time the trainer
+    waited for its batches, for the reports' data-wait share (take_wait_seconds).
     """
 
-    def __init__(self, loader: DataLoader, *, sampler: ResumableDistributedSampler, epoch: int,
-                 batches_done: int) -> None:
+    def __init__(self, loader: DataLoader, *, sampler: ResumableDistributedSampler) -> None:
         self.loader, self.sampler = loader, sampler
-        self.epoch, self.batches_done = epoch, batches_done
+        self.epoch, self.batches_done = 0, 0
         self._batches: Iterator | None = None
-        self.wait_seconds = 0.0
+        self._wait_seconds = 0.0
+
+    def seek(self, epoch: int, batches_done: int) -> None:
+        """The next batch is micro-batch BATCHES_DONE of EPOCH on this rank (a checkpoint's position)."""
+        self.epoch, self.batches_done, self._batches = epoch, batches_done, None
+
+    def take_wait_seconds(self) -> float:
+        """The seconds spent waiting for batches since the last call."""
+        waited, self._wait_seconds = self._wait_seconds, 0.0
+        return waited
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         started = time.perf_counter()
         batch = self._next_batch()
-        self.wait_seconds += time.perf_counter() - started
+        self._wait_seconds += time.perf_counter() - started
         return batch
 
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,10 +24,6 @@ from torch.distributed.tensor import DTensor
 from trainer.data import MicroBatchStream
 from trainer.distributed import Placement
 
-# What a checkpoint holds next to the model and optimizer; listed once, here.
-TRAINING_KEYS = ("scaler", "scheduler", "step", "epoch", "samples_in_epoch", "rng", "config")
-
-
 class TrainingState:
     """Model, optimizer, gradient scaler, LR schedule, data position, step, RNG streams and config;
     and, not saved, the flags, placement, device, precision and control group they were made with.
@@ -68,8 +64,8 @@ class TrainingState:
                        optim_state_dict=state["optimizer"], options=StateDictOptions(full_state_dict=full))
         self.scaler.load_state_dict(state["scaler"])
         self.scheduler.load_state_dict(state["scheduler"])
-        self.step, self.stream.epoch = state["step"], state["epoch"]
-        self.stream.batches_done = state["samples_in_epoch"] // (self.args.batch_size * self.world_size)
+        self.step = state["step"]
+        self.stream.seek(state["epoch"], state["samples_in_epoch"] // (self.args.batch_size * self.world_size))
         if len(state["rng"]) == self.world_size:  # per-rank streams only map onto the same world size
             restore_rng_state(state["rng"][dist.get_rank()])
 

@@ -34,7 +34,7 @@ def data_wait_share(dataset: SyntheticTokens) -> float:
     """The share the reporter computes for STEPS steps over DATASET, each step COMPUTE_S of work."""
     sampler = ResumableDistributedSampler(dataset, seed=0)
     stream = MicroBatchStream(DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler, drop_last=True),
-                              sampler=sampler, epoch=0, batches_done=0)
+                              sampler=sampler)
     args = argparse.Namespace(max_steps=STEPS, batch_size=BATCH_SIZE, grad_accum=1, seq_len=16, metrics_file=None,
                               tensorboard_dir=None)
     reporter = MetricsReporter(args, placement=Placement(rank=0, local_rank=0, world_size=1),
@@ -43,7 +43,7 @@ def data_wait_share(dataset: SyntheticTokens) -> float:
         stream.next_batch()
         time.sleep(COMPUTE_S)
     record = reporter.compute_record(STEPS, epoch=0, loss_sum=0.0, lr=0.0, memory_per_rank=[0],
-                                     data_wait_seconds=(stream.wait_seconds,))
+                                     data_wait_seconds=(stream.take_wait_seconds(),))
     return record["data_wait_share"]
 
 
