@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.support import SETTLES_S
 from tests.deploy.helpers.multinode_compose import (ERROR_MARKERS, NODE_SERVICES, TINY_TRAINING, MultinodeJob, cpu_override,
                                      final_checkpoints_match, image_env, steps_of_checkpoints)
 
@@ -67,15 +68,15 @@ def test_a_lost_node_that_returns_rejoins_and_the_job_finishes_from_the_shared_c
                   TRAIN_ARGS=f"{TINY_TRAINING} --max-steps 1000 --save-every 20 --log-every 100")
     job.start("node0", "node1")
     # Counted from here on: if node1 starts over 3 s late, node0 may first train alone, then re-form with it.
-    job.wait_for_log("node0", " on 4 rank(s) with ", timeout=120)
+    job.wait_for_log("node0", " on 4 rank(s) with ", timeout=SETTLES_S)
     log = job.logs("node0")
     formed = {ranks: log.count(f" on {ranks} rank(s) with ") for ranks in (2, 4)}
-    job.wait_for_log("node0", "saved checkpoint", timeout=120, count=log.count("saved checkpoint") + 1)  # a 4-rank one
+    job.wait_for_log("node0", "saved checkpoint", timeout=SETTLES_S, count=log.count("saved checkpoint") + 1)  # a 4-rank one
     job.compose("kill", "node1")  # SIGKILL: a node that vanishes, as on a hardware failure
 
-    job.wait_for_log("node0", " on 2 rank(s) with ", timeout=90, count=formed[2] + 1)  # alone, from the checkpoint
+    job.wait_for_log("node0", " on 2 rank(s) with ", timeout=SETTLES_S, count=formed[2] + 1)  # alone, from the checkpoint
     job.start("node1")
-    job.wait_for_log("node0", " on 4 rank(s) with ", timeout=120, count=formed[4] + 1)  # re-formed with node1
+    job.wait_for_log("node0", " on 4 rank(s) with ", timeout=SETTLES_S, count=formed[4] + 1)  # re-formed with node1
     codes = job.wait_for_exit(NODE_SERVICES, JOB_TIMEOUT_S)
 
     assert codes == {"node0": 0, "node1": 0}, job.all_logs()
@@ -91,7 +92,7 @@ def test_a_lost_node_that_never_returns_ends_the_job_with_a_clear_message_within
     job = new_job(NNODES="2", NPROC_PER_NODE="2", MAX_RESTARTS="1", RDZV_JOIN_TIMEOUT=str(join_timeout_s),
                   TRAIN_ARGS=f"{TINY_TRAINING} --max-steps 100000 --save-every 20 --log-every 100")
     job.start("node0", "node1")
-    job.wait_for_log("node0", "saved checkpoint", timeout=120)
+    job.wait_for_log("node0", "saved checkpoint", timeout=SETTLES_S)
     job.compose("kill", "node1")
     killed_at = time.monotonic()
 

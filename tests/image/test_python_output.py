@@ -40,4 +40,4 @@ def test_two_ranks_printing_into_one_pipe_leave_every_line_whole(training_contai
 def test_a_line_a_python_command_prints_is_in_the_log_at_once(containers):
     """Line buffering, not block buffering: the line is in `docker logs` while the process still runs."""
     container = containers(command=["python3", "-c", "print('the first line'); import time; time.sleep(600)"])
-    container.wait_for_log("the first line", timeout=30)
+    container.wait_for_log("the first line")

@@ -132,5 +132,5 @@ def test_an_out_of_memory_kill_is_named_in_the_log(containers):
     container.wait_until_started()
     eaten = container.run("python3 -c 'chunks = [b\"x\" * (64 << 20) for _ in range(64)]'")
     assert eaten.rc == 137, eaten.stdout + eaten.stderr
-    logs = container.wait_for_log("out-of-memory killer ended 1 process of this container", 10)
+    logs = container.wait_for_log("out-of-memory killer ended 1 process of this container")
     assert "the container's memory limit is 512 MiB" in logs, logs[-3000:]
