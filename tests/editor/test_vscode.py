@@ -385,7 +385,9 @@ SILENT_PROXY = ("import socket\nserver = socket.create_server(('127.0.0.1', 3128
 BEHIND_THE_SILENT_PROXY = [f"--env={name}=http://127.0.0.1:3128" for name in ("HTTPS_PROXY", "https_proxy")] + [
     f"--env={name}=localhost,127.0.0.1" for name in ("NO_PROXY", "no_proxy")] + [
     "--env=VSCODE_EXTENSION_FETCH_TIMEOUT_S=15"]
-OPENS_WITHIN_S = 30  # issue 46: where the network is silent, VS Code opens within this
+# Issue 46: where the network is silent, VS Code opens without waiting for the extension fetch; it used to
+# hold /vscode/ until JupyterLab's proxy gave up, after 120 s. The margin above 30 s is for a busy machine.
+OPENS_WITHIN_S = 60
 
 
 def test_a_baked_extension_whose_dependency_cannot_be_fetched_lets_vs_code_open_and_is_named(variant, tmp_path):

@@ -17,7 +17,8 @@ from tests.support.jupyter_websockets import JupyterAccess, run_in_terminal
 from tests.support.notebook_kernel import run_in_a_notebook_kernel, start_in_a_notebook_kernel
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
 from tests.support.stopping import (GRACE_PERIOD_S, docker_stop_saves, endless_run_command, read_file,
-                                    saved_checkpoints, training_in_a_kernel, wait_until_trained)
+                                    saved_checkpoints, training_in_a_kernel, wait_until_it_ignores_sigterm,
+                                    wait_until_trained)
 from tests.support.training import TINY_MODEL
 from tests.support.waiting import wait_until
 from tests.support import SETTLES_S
@@ -95,7 +96,7 @@ def test_a_process_that_ignores_sigterm_does_not_hold_the_services_past_the_time
     container.wait_until_healthy()
     docker("exec", "--detach", container.name, "python3", "-c",
            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)")
-    wait_until(lambda: "time.sleep(600)" in container.run("ps -eo args", user=None).stdout, SETTLES_S)
+    wait_until_it_ignores_sigterm(container, "SIG_IGN")
     started = time.monotonic()
     docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
     assert time.monotonic() - started < GRACE_PERIOD_S / 2
@@ -161,5 +162,6 @@ def test_an_idle_kernel_that_ran_the_trainer_ends_at_once_on_docker_stop(contain
     started = time.monotonic()
     docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
     took = time.monotonic() - started
-    assert took < GRACE_PERIOD_S / 3 and container.state()["ExitCode"] == 0, (took, container.logs()[-3000:])
+    # Held up, it took STOP_TIMEOUT (25 s); the margin is for a busy machine.
+    assert took < GRACE_PERIOD_S / 2 and container.state()["ExitCode"] == 0, (took, container.logs()[-3000:])
     assert container.logs().strip().splitlines()[-1].endswith("stopped cleanly"), container.logs()[-3000:]

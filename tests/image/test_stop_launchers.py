@@ -14,9 +14,8 @@ import shlex
 import pytest
 
 from tests.support.containers import Container, docker
-from tests.support.stopping import GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_arguments, wait_until_trained
-from tests.support.waiting import wait_until
-from tests.support import SETTLES_S
+from tests.support.stopping import (GRACE_PERIOD_S, read_file, saved_checkpoints, trainer_arguments,
+                                    wait_until_it_ignores_sigterm, wait_until_trained)
 
 pytestmark = pytest.mark.tier("full")
 
@@ -79,7 +78,7 @@ def test_stopped_cleanly_is_not_said_when_renamed_work_ignored_its_sigterm(conta
     stubborn = ("import ctypes, signal, time; ctypes.CDLL(None).prctl(15, b'sleep', 0, 0, 0); "
                 "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)")
     docker("exec", "--detach", "--user", "dev", container.name, "python", "-c", stubborn)
-    wait_until(lambda: "time.sleep(600)" in container.run("ps -eo args", user=None).stdout, SETTLES_S)
+    wait_until_it_ignores_sigterm(container, "SIG_IGN")
     docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
     logs = container.logs()
     assert "still running after 2 s" in logs and "stopped cleanly" not in logs, logs[-3000:]

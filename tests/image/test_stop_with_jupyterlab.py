@@ -16,7 +16,8 @@ from tests.support.containers import docker
 from tests.support.jupyter_websockets import JupyterAccess, run_in_terminal
 from tests.support.notebook_kernel import start_in_kernel
 from tests.support.stopping import (GRACE_PERIOD_S, endless_flags, endless_run_command, read_file,
-                                    saved_checkpoints, training_in_a_kernel, wait_until_trained)
+                                    saved_checkpoints, training_in_a_kernel, wait_until_it_ignores_sigterm,
+                                    wait_until_trained)
 from tests.support.training import trainer_command
 from tests.support.waiting import wait_until
 
@@ -120,7 +121,7 @@ def test_work_a_crash_of_jupyterlab_took_away_is_named_and_the_stop_is_not_clean
     however the hang-up and the stop's step 1 race, the hang-up is what ends it."""
     container, access = jupyterlab(containers)
     type_into_a_terminal(access, IGNORES_SIGTERM)
-    wait_until(lambda: "SIG_IGN" in container.run("ps -eo args").stdout, SETTLES_S)
+    wait_until_it_ignores_sigterm(container, "SIG_IGN")
 
     kill_the_server(container)
     logs = wait_until_stopped(container)
@@ -138,7 +139,7 @@ def test_work_still_running_when_file_shut_down_closed_its_terminal_is_named(con
     container.wait_until_healthy()
     access = JupyterAccess(f"http://127.0.0.1:{container.published_port(8888)}/", token=TOKEN)
     type_into_a_terminal(access, IGNORES_SIGTERM)
-    wait_until(lambda: "SIG_IGN" in container.run("ps -eo args").stdout, SETTLES_S)
+    wait_until_it_ignores_sigterm(container, "SIG_IGN")
 
     file_shut_down(access)
     logs = wait_until_stopped(container)
@@ -166,7 +167,7 @@ def test_a_second_shut_down_while_the_container_stops_is_answered(containers):
     container.wait_until_healthy()
     access = JupyterAccess(f"http://127.0.0.1:{container.published_port(8888)}/", token=TOKEN)
     docker("exec", "--detach", container.name, "bash", "-c", IGNORES_SIGTERM)
-    wait_until(lambda: "SIG_IGN" in container.run("ps -eo args").stdout, SETTLES_S)
+    wait_until_it_ignores_sigterm(container, "SIG_IGN")
     first = access.post("api/shutdown")
     wait_until(lambda: "asked to shut down" in container.logs(), SETTLES_S)
     second = access.post("api/shutdown")

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import requests
 
-from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
+from tests.support import HTTP_TIMEOUT_S, REPO_ROOT, SETTLES_S
 from tests.support.containers import host_has_nvidia_runtime, running_container
 from tests.support.host_tools import skip_where_missing
 from tests.support.waiting import wait_until
@@ -64,8 +64,12 @@ def test_tensorboard_answers_through_jupyter_with_the_token_and_reads_the_worksp
     _, url = jupyter
     page = get_with_token(f"{url}/tensorboard/")
     assert page.status_code == 200 and "<tb-webapp>" in page.text, page.text[:500]
-    runs = get_with_token(f"{url}/tensorboard/data/runs")
-    assert runs.status_code == 200 and f"runs/{RUN_NAME}" in runs.json(), runs.text[:500]
+    # TensorBoard scans its folder in the background after it starts: the first list may still be empty.
+    def runs_listed() -> requests.Response | None:
+        runs = get_with_token(f"{url}/tensorboard/data/runs")
+        assert runs.status_code == 200, runs.text[:500]
+        return runs if f"runs/{RUN_NAME}" in runs.json() else None
+    wait_until(runs_listed, SETTLES_S, failure=lambda: get_with_token(f"{url}/tensorboard/data/runs").text[:500])
 
 
 @pytest.mark.parametrize("path", ["/tensorboard/", "/tensorboard/data/runs"])

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
 import pathlib
 import re
 import secrets
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -57,10 +59,14 @@ class Hub:
 
 
 def build_hub_image() -> None:
-    """The hub image of deploy/jupyterhub, with the build's extra CA (CA_BUNDLE) as the Makefile passes it."""
+    """The hub image of deploy/jupyterhub, with the build's extra CA (CA_BUNDLE) as the Makefile passes it.
+    One build at a time: pytest's workers build it each, and two exporting one tag at once can fail."""
     ca_bundle = os.environ.get("CA_BUNDLE", "")
     secret = ["--secret", f"id=ca_bundle,src={ca_bundle}"] if ca_bundle else []
-    result = docker("build", "--quiet", "--tag", HUB_IMAGE, *secret, str(HUB_DIR), timeout=900, check=False)
+    lock_path = pathlib.Path(tempfile.gettempdir()) / f"pytorch-dev-tests-{os.getuid()}-hub-image.lock"
+    with lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = docker("build", "--quiet", "--tag", HUB_IMAGE, *secret, str(HUB_DIR), timeout=900, check=False)
     assert result.returncode == 0, f"building the hub image failed:\n{result.stderr[-3000:]}"
 
 

@@ -7,6 +7,7 @@ cluster through SLURM_CONF. The daemons run as root, as slurmd must, and are sto
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pathlib
 import shutil
@@ -41,14 +42,22 @@ def munge_works() -> bool:
     return decode.returncode == 0
 
 
+# Two pytest workers may each want a cluster at once: one starts munged, the other waits for it, since a
+# second munged exits non-zero on the socket the first holds.
+MUNGED_LOCK = pathlib.Path("/tmp/pytorch-dev-tests-munged.lock")
+
+
 def ensure_munged() -> None:
     """Starts munged (as the munge user, on its default socket) unless one already answers."""
-    if munge_works():
-        return
-    os.makedirs("/run/munge", exist_ok=True)
-    shutil.chown("/run/munge", "munge", "munge")
-    subprocess.run(["runuser", "-u", "munge", "--", "munged"], check=True, timeout=COMMAND_TIMEOUT_S)
-    wait_until(munge_works, SETTLES_S, interval=0.2, failure="munged started but `munge -n | unmunge` still fails")
+    with MUNGED_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if munge_works():
+            return
+        os.makedirs("/run/munge", exist_ok=True)
+        shutil.chown("/run/munge", "munge", "munge")
+        subprocess.run(["runuser", "-u", "munge", "--", "munged"], check=True, timeout=COMMAND_TIMEOUT_S)
+        wait_until(munge_works, SETTLES_S, interval=0.2,
+                   failure="munged started but `munge -n | unmunge` still fails")
 
 
 SLURM_CONF = """\

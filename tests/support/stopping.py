@@ -9,6 +9,7 @@ import pathlib
 import shlex
 import time
 
+from tests.support import SETTLES_S
 from tests.support.containers import Container, docker
 from tests.support.training import TINY_RUN, trainer_argv, trainer_command
 from tests.support.waiting import wait_until
@@ -47,6 +48,18 @@ import train_ddp
 with open("/tmp/{name}.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
     train_ddp.main({shlex.split(endless_flags(name))!r})
 """
+
+
+def wait_until_it_ignores_sigterm(container: Container, pattern: str) -> None:
+    """Waits until a process whose command line holds PATTERN (pgrep -f) ignores SIGTERM (bit 15 of
+    /proc/PID/status's SigIgn). Its command line shows from its exec on, before the program set the
+    signal aside; a stop in between would end it, and a test of a process that ignores the stop with it."""
+    check = (f"for pid in $(pgrep -f -- {shlex.quote(pattern)}); do "
+             "mask=$(awk '/^SigIgn:/ {print $2}' /proc/$pid/status 2>/dev/null); "
+             "[ -n \"$mask\" ] && (( 0x$mask & 0x4000 )) && exit 0; done; exit 1")
+    wait_until(lambda: container.run(check, user=None).rc == 0, SETTLES_S,
+               failure=lambda: f"no process like {pattern!r} ignores SIGTERM:\n"
+                               + container.run("ps -eo pid,args", user=None).stdout)
 
 
 def wait_until_trained(container: Container, name: str) -> None:

@@ -157,7 +157,10 @@ def test_only_samples_taken_while_the_measured_steps_went_count(tmp_path, monkey
         append(lines, {"step": 100, "tokens_per_sec": 2.0})
         time.sleep(0.15)
         append(lines, {"step": 150, "tokens_per_sec": 2.0})  # the last measured window
-        time.sleep(0.02)
+        deadline = time.monotonic() + 10                   # the watcher has seen it (late on a busy machine)
+        while 150 not in sampler.first_seen:
+            assert time.monotonic() < deadline, sampler.first_seen
+            time.sleep(0.005)
         nvml.busy = False
         time.sleep(0.4)                                    # the last checkpoint, teardown: idle
     assert nvml.asked_for == ["GPU-1234"]

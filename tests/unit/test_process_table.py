@@ -123,12 +123,14 @@ def test_a_sigterm_reaches_a_job_stopped_with_ctrl_z_and_a_gone_pid_is_no_failur
 
 # A Jupyter server, as far as the table can tell: a Python program run as `jupyter-lab`, which starts a
 # kernel that is not Python (here `tail`, handed a kernel's connection file as IRkernel and xeus are) with a
-# cell's program below it, and waits. The kernel writes nowhere the test reads: tail, given two files,
-# prints a header for each, which once came before the "ready" line.
+# cell's program below it, and waits. The kernel is in a session of its own, as jupyter_client starts one,
+# and writes nowhere the test reads: tail, given two files, prints a header for each, which once came
+# before the "ready" line.
 SERVER = """
 import os, subprocess, sys
 kernel = subprocess.Popen(["sh", "-c", "python3 -c 'import time; time.sleep(600)' & exec tail -f /dev/null \\"$0\\"",
-                           os.environ["CONNECTION_FILE"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           os.environ["CONNECTION_FILE"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
 print("ready", kernel.pid, flush=True)
 sys.stdin.read()
 """
@@ -141,6 +143,7 @@ def test_a_kernel_of_any_language_is_told_by_its_connection_file_and_its_cells_w
     server = subprocess.Popen([sys.executable, str(tmp_path / "jupyter-lab")], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True,
                               env=dict(os.environ, CONNECTION_FILE=str(runtime / "kernel-5f3c-e1.json")))
+    kernel = 0
     try:
         kernel = int(server.stdout.readline().split()[1])
         deadline = time.monotonic() + 10
@@ -156,6 +159,6 @@ def test_a_kernel_of_any_language_is_told_by_its_connection_file_and_its_cells_w
         assert set(cells) <= set(signalled) and kernel not in signalled, (cells, kernel, signalled)
     finally:
         server.kill()
-        subprocess.run(["pkill", "-KILL", "-f", str(runtime)], check=False)
-        subprocess.run(["pkill", "-KILL", "-f", "time.sleep(600)"], check=False)
+        if kernel:  # the kernel and its cell's program: the process group the kernel's session began
+            os.killpg(kernel, signal.SIGKILL)
         server.wait(timeout=10)
