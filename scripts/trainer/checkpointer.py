@@ -23,7 +23,8 @@ writes, in the background with --async-checkpoint); trainer/checkpoint.py says h
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch.distributed as dist
 
@@ -35,6 +36,9 @@ from trainer.checkpoint import (CheckpointReadError, CheckpointWriteError, Incom
 from trainer.compiled_code import compiled_code_path, load_compiled_code, save_compiled_code
 from trainer.config import describe_model_change
 from trainer.folder_lock import FolderInUse, FolderLock, StrayLockFile
+from trainer.state import TrainingState
+
+T = TypeVar("T")
 
 
 class CheckpointFailure(Exception):
@@ -48,7 +52,7 @@ class CheckpointFailure(Exception):
 class Checkpointer:
     """Saves and resumes STATE (a TrainingState) in its --ckpt-dir, as its flags say."""
 
-    def __init__(self, state: Any) -> None:
+    def __init__(self, state: TrainingState) -> None:
         args = state.args
         self.state, self.placement, self.group = state, state.placement, state.group
         self.ckpt_dir, self.save_every, self.keep = args.ckpt_dir, args.save_every, args.keep
@@ -58,7 +62,7 @@ class Checkpointer:
         # Sharded checkpoints are written in the background; the DDP file stays synchronous (docs/training.md).
         self.saver = (BackgroundSaver(self.placement.is_main, control_group=self.group, timeout_s=args.pg_timeout)
                       if args.async_checkpoint and self.sharded else None)
-        self.lock = FolderLock(self.ckpt_dir)
+        self.lock = FolderLock(self.ckpt_dir, job_id=self.placement.job_id)
         self.last_saved_step = 0
 
     def resume(self) -> None:
@@ -91,7 +95,8 @@ class Checkpointer:
             self.load_compiled_code()
         init_from = self.state.args.init_from
         if loaded is None:
-            self.say(init_from and f"starting from the pretrained weights of {init_from}")
+            if init_from:
+                self.say(f"starting from the pretrained weights of {init_from}")
             return
         self.state.load_state_dict(loaded)
         self.last_saved_step = self.state.step
@@ -211,11 +216,12 @@ class Checkpointer:
                                        f"({error.strerror}); choose a writable folder") from None
         remove_temporaries(self.ckpt_dir)
 
-    def agree_on(self, action: Any, *, status: int = 1, told_by_rank_0: bool = False) -> Any:
-        """Runs ACTION; a CheckpointWriteError becomes CheckpointFailure on every rank with rank 0's message.
+    def agree_on(self, action: Callable[[], T], *, status: int = 1, told_by_rank_0: bool = False) -> T | None:
+        """Runs ACTION on every rank; a CheckpointWriteError becomes CheckpointFailure on every rank alike.
 
-        Collective actions fail on every rank alike; after an action only rank 0 does (TOLD_BY_RANK_0),
-        rank 0 broadcasts how it went.
+        Only TOLD_BY_RANK_0 communicates: after an action that only rank 0 does (it writes the one file),
+        rank 0 broadcasts how it went. Otherwise ACTION is collective itself (a sharded save, the end of a
+        background one) and fails on every rank alike, so each rank raises on its own and no rank waits.
         """
         problem: list[str | None] = [None]
         result = None
@@ -232,8 +238,10 @@ class Checkpointer:
     def resumable(self, saved_config: dict[str, str]) -> str | None:
         """Why a checkpoint saved with SAVED_CONFIG cannot be resumed with the current flags, or None."""
         change = describe_model_change(saved_config, self.state.args)
-        return change and (f"--ckpt-dir {self.ckpt_dir} holds a checkpoint of another model ({change}): "
-                           f"use the same flags to resume, or another --ckpt-dir to start afresh")
+        if not change:
+            return None
+        return (f"--ckpt-dir {self.ckpt_dir} holds a checkpoint of another model ({change}): use the same flags "
+                f"to resume, or another --ckpt-dir to start afresh")
 
     def say(self, line: str | None) -> None:
         if line and self.placement.is_main:

@@ -16,11 +16,15 @@ import torch.distributed as dist
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """Where this process sits in the job, from torchrun's environment (or world size 1 without it)."""
+    """Where this process sits in the job, from torchrun's environment (or world size 1 without it): its
+    ranks, the world size, the job's id (--rdzv-id; None without torchrun) and how often torchrun has
+    restarted the workers (--max-restarts). Nothing else in the trainer reads these variables."""
 
     rank: int
     local_rank: int
     world_size: int
+    job_id: str | None = None
+    restart_count: int = 0
 
     @property
     def is_main(self) -> bool:
@@ -28,9 +32,11 @@ class Placement:
 
 
 def read_placement() -> Placement:
-    """RANK/LOCAL_RANK/WORLD_SIZE as torchrun sets them; plain `python train_ddp.py` is rank 0 of 1."""
+    """RANK/LOCAL_RANK/WORLD_SIZE and TORCHELASTIC_* as torchrun sets them; plain `python train_ddp.py` is
+    rank 0 of 1."""
     return Placement(int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)),
-                     int(os.environ.get("WORLD_SIZE", 1)))
+                     int(os.environ.get("WORLD_SIZE", 1)), job_id=os.environ.get("TORCHELASTIC_RUN_ID"),
+                     restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
 
 
 def choose_device(requested: str, placement: Placement) -> torch.device:

@@ -40,10 +40,12 @@ class StrayLockFile(Exception):
 
 
 class FolderLock:
-    """Holds CKPT_DIR's lock from acquire() until release() or the end of the process."""
+    """Holds CKPT_DIR's lock from acquire() until release() or the end of the process; the lock file
+    names this process, and JOB_ID (torchrun's --rdzv-id) where it runs under torchrun."""
 
-    def __init__(self, ckpt_dir: pathlib.Path) -> None:
+    def __init__(self, ckpt_dir: pathlib.Path, job_id: str | None = None) -> None:
         self.path = ckpt_dir / LOCK_FILE
+        self.job_id = job_id
         self.descriptor: int | None = None
 
     def acquire(self) -> None:
@@ -66,7 +68,7 @@ class FolderLock:
             except OSError:
                 pass  # a file system without modes (vfat, some network mounts): nothing to narrow
         os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, f"{holder_description()}\n{PID_SPACE_LINE} {pid_space()}\n".encode(), 0)
+        os.pwrite(descriptor, f"{holder_description(self.job_id)}\n{PID_SPACE_LINE} {pid_space()}\n".encode(), 0)
         self.descriptor = descriptor
 
     def open_lock_file(self) -> int:
@@ -158,8 +160,7 @@ def pid_space() -> str:
     return f"{boot}/{namespace.removeprefix('pid:[').removesuffix(']')}"
 
 
-def holder_description() -> str:
+def holder_description(job: str | None) -> str:
     """Who holds the lock, in words a person can act on: the process, its host, the job and the start."""
-    job = os.environ.get("TORCHELASTIC_RUN_ID")
     since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     return f"pid {os.getpid()} on {socket.gethostname()}{f', torchrun job {job}' if job else ''}, since {since}"

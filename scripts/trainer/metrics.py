@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from typing import Any, NamedTuple
 
@@ -89,7 +88,7 @@ class MetricsReporter:
         self.global_batch = args.batch_size * args.grad_accum * placement.world_size
         self.tokens_per_sample: int | None = args.seq_len  # None for the CNN
         self.flops_per_sample, self.peak = flops_per_sample, peak
-        self.restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+        self.restart_count = placement.restart_count
         self.is_main = placement.is_main  # the rank that prints and writes files
         self.metrics = (open(args.metrics_file, "a", buffering=1)  # line-buffered
                         if args.metrics_file and self.is_main else None)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import errno
 import math
-import os
 import socket
 import time
 from typing import Any
@@ -47,7 +46,7 @@ class TrainingExporter:
         # An optional dependency (config.py checks it up front), so the trainer imports without it.
         from prometheus_client import CollectorRegistry, Gauge, Histogram, ProcessCollector
 
-        labels = {"training_job": os.environ.get("TORCHELASTIC_RUN_ID", "standalone"),
+        labels = {"training_job": placement.job_id or "standalone",
                   "node": socket.gethostname(), "rank": str(placement.rank)}
         self.registry = CollectorRegistry()
         ProcessCollector(registry=self.registry)  # process_start_time_seconds, memory and CPU of the trainer
@@ -84,7 +83,7 @@ class TrainingExporter:
                                   registry=self.registry)
         self.labels = labels
         self.series: dict[int, Any] = {}
-        self.set(self.restarts, int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+        self.set(self.restarts, placement.restart_count)
         self.set(self.world_size, placement.world_size)
         self.set(self.started, time.time())
         # The histogram leaves out the first step after a start or resume, which includes start-up work
