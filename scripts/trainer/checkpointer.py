@@ -7,7 +7,7 @@ in flight, pruning and the final save. The loop calls it at these points, and no
             if asked.save:                     # a SIGUSR1, agreed by every rank at this step
                 checkpointer.save_now("why")   # a checkpoint of this step, before it is trained on
             ...one step...
-            if first step and --compile:
+            if first step and --compile and no stop waits:
                 checkpointer.save_compiled_code(compiled_anything=...)  # for a warm resume
             checkpointer.step_done()           # saves every --save-every steps; reports background saves
         checkpointer.finish()                  # waits for the save in flight, saves the last step
@@ -219,8 +219,8 @@ class Checkpointer:
     def agree_on(self, action: Callable[[], T], *, status: int = 1, told_by_rank_0: bool = False) -> T | None:
         """Runs ACTION on every rank; a CheckpointWriteError becomes CheckpointFailure on every rank alike.
 
-        Only TOLD_BY_RANK_0 communicates: after an action that only rank 0 does (it writes the one file),
-        rank 0 broadcasts how it went. Otherwise ACTION is collective itself (a sharded save, the end of a
+        Only TOLD_BY_RANK_0 communicates: after an action that only rank 0 does (it writes the one file, or
+        takes the folder's lock), rank 0 broadcasts how it went. Otherwise ACTION is collective itself (a sharded save, the end of a
         background one) and fails on every rank alike, so each rank raises on its own and no rank waits.
         """
         problem: list[str | None] = [None]

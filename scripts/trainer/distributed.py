@@ -18,7 +18,7 @@ import torch.distributed as dist
 class Placement:
     """Where this process sits in the job, from torchrun's environment (or world size 1 without it): its
     ranks, the world size, the job's id (--rdzv-id; None without torchrun) and how often torchrun has
-    restarted the workers (--max-restarts). Nothing else in the trainer reads these variables."""
+    restarted the workers (--max-restarts). The rest of the trainer takes them from here."""
 
     rank: int
     local_rank: int
@@ -138,8 +138,9 @@ class StopSignal:
         self._saves_voted = saves_asked
         dist.all_reduce(vote, op=dist.ReduceOp.MAX, group=control_group)
         requests = Requests(stop=bool(vote[0]), save=bool(vote[1]))
-        if requests.save:
+        if requests.save:  # the checkpoint comes now: it answers every SIGUSR1 so far, the vote's wait's too
             self.save_answered_at = time.monotonic()
+            self._saves_voted = self.saves_asked
         return requests
 
     @property

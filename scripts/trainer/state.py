@@ -24,6 +24,7 @@ from torch.distributed.tensor import DTensor
 from trainer.data import MicroBatchStream
 from trainer.distributed import Placement
 
+
 class TrainingState:
     """Model, optimizer, gradient scaler, LR schedule, data position, step, RNG streams and config;
     and, not saved, the flags, placement, device, precision and control group they were made with.

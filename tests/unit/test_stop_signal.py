@@ -122,3 +122,22 @@ def test_a_sigusr1_that_lands_while_a_vote_is_built_is_carried_by_the_next_vote(
         assert not stop.agree(dist.group.WORLD).save, "asked after this vote read the requests"
         monkeypatch.setattr(torch, "tensor", build_the_vote)
         assert stop.agree(dist.group.WORLD).save, "the request was lost"
+
+
+def test_a_sigusr1_that_lands_during_a_vote_that_saves_is_answered_by_that_checkpoint(one_rank, monkeypatch):
+    """`kill -USR1` to every rank reaches some while they wait in the vote: the checkpoint the vote decides
+    answers it, and no second one follows a step later."""
+    import torch
+    import torch.distributed as dist
+    build_the_vote = torch.tensor
+
+    def signal_arrives_meanwhile(*args: object, **kwargs: object) -> torch.Tensor:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        return build_the_vote(*args, **kwargs)
+
+    with StopSignal() as stop:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        monkeypatch.setattr(torch, "tensor", signal_arrives_meanwhile)
+        assert stop.agree(dist.group.WORLD).save
+        monkeypatch.setattr(torch, "tensor", build_the_vote)
+        assert not stop.agree(dist.group.WORLD).save, "a second checkpoint for one request"
