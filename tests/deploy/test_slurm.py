@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, SETTLES_S, STARTS_S
 from tests.deploy.helpers.multinode_compose import ERROR_MARKERS
 from tests.support.slurm_cluster import SlurmCluster, running_cluster
 from tests.support.training import TINY_MODEL
@@ -67,12 +67,12 @@ def wait_for_text(path: pathlib.Path, text: str, timeout: float) -> None:
 @pytest.mark.tier("full")
 def test_a_requeued_job_checkpoints_on_sigterm_resumes_and_finishes_cleanly(slurm, bare_node_path, tmp_path):
     job, output = submit(slurm, tmp_path, bare_node_path, [*TRAINING, "--max-steps", "400"])
-    wait_for_text(output, "step 10/400", timeout=120)
+    wait_for_text(output, "step 10/400", timeout=STARTS_S)
     slurm.run("scontrol", "requeue", job)  # what preemption with PreemptMode=REQUEUE does
-    slurm.wait_for_job_state(job, {"PENDING"}, timeout=60)
+    slurm.wait_for_job_state(job, {"PENDING"}, timeout=SETTLES_S)
     # Slurm holds a requeued job back for a while (Reason=BeginTime); an administrator may start it now.
     slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
-    state = slurm.wait_for_job_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=180)
+    state = slurm.wait_for_job_state(job, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}, timeout=STARTS_S)
 
     text = output.read_text()
     assert state == "COMPLETED", text[-5000:]

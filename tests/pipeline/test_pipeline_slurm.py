@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, SETTLES_S
 from tests.support.containers import docker, free_port
 from tests.support.local_registry import local_registry
 from tests.pipeline.helpers.pipeline import GATE_TIMEOUT_S, build_drifted_image, push, run_tool
@@ -100,7 +100,7 @@ def test_a_pushed_image_is_gated_submitted_by_digest_and_completes_after_a_reque
         assert pipeline.poll() is None, f"the pipeline ended before the job reached step 10: {pipeline.communicate()}"
         job = jobs(slurm)[0]
         slurm.run("scontrol", "requeue", job)  # what preemption with PreemptMode=REQUEUE does
-        slurm.wait_for_job_state(job, {"PENDING"}, timeout=120)
+        slurm.wait_for_job_state(job, {"PENDING"}, timeout=SETTLES_S)
         slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")
         stdout, stderr = pipeline.communicate(timeout=900)
     finally:
