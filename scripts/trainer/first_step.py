@@ -114,7 +114,7 @@ class FirstStepClock:
         cache keys name the GPU, so each rank's compile is warm or cold on its own."""
         step_s = time.perf_counter() - self.step_started
         compiled = None
-        if self.compile_before:
+        if self.compile_before is not None:
             mine = CompileCounts.now().since(self.compile_before)
             counts = torch.tensor([mine.hits, mine.misses], dtype=torch.int64)
             dist.all_reduce(counts, group=group)
