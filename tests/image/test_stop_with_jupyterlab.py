@@ -8,13 +8,14 @@ crash took away is named.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 
 import pytest
 
 from tests.support import SETTLES_S
 from tests.support.containers import docker
 from tests.support.jupyter_websockets import JupyterAccess, run_in_terminal
-from tests.support.notebook_kernel import start_in_kernel
+from tests.support.notebook_kernel import run_in_kernel, start_in_kernel
 from tests.support.stopping import (GRACE_PERIOD_S, endless_flags, endless_run_command, read_file,
                                     saved_checkpoints, training_in_a_kernel, wait_until_it_ignores_sigterm,
                                     wait_until_trained)
@@ -200,6 +201,32 @@ def test_no_kernel_is_restarted_once_the_container_stops(containers):
     logs = container.logs()
 
     assert "restarting kernel" not in logs and "no kernel starts now" not in logs, logs[-3000:]
+    assert last_line(logs).endswith("stopped cleanly"), logs[-3000:]
+
+
+def test_no_kernel_is_restarted_however_soon_the_restarter_looks_after_the_stop_began(containers, tmp_path):
+    """The stop signals the idle kernels right after it writes its marker. A restarter that looks every
+    10 ms (a user's KernelRestarter.time_to_dead, in a config folder of their own) sees them dead before
+    any watch of the marker would: it must still start none, and JupyterLab's end must not fail on a
+    restart in flight (InvalidStateError, then the SIGKILL)."""
+    config = tmp_path / "jupyter-config"
+    config.mkdir(mode=0o755)
+    (config / "jupyter_server_config.json").write_text(json.dumps({"KernelRestarter": {"time_to_dead": 0.01}}))
+    (config / "jupyter_server_config.json").chmod(0o644)
+    container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}",
+                                    "--volume", f"{config}:/etc/jupyter-of-the-user:ro",
+                                    "--env", "JUPYTER_CONFIG_PATH=/etc/jupyter-of-the-user"])
+    container.wait_until_healthy()
+    access = JupyterAccess(f"http://127.0.0.1:{container.published_port(8888)}/", token=TOKEN)
+    for name in ("first", "second", "third"):
+        session = access.post("api/sessions", json={"path": f"{name}.ipynb", "name": f"{name}.ipynb",
+                                                    "type": "notebook", "kernel": {"name": "python3"}})
+        assert session.status_code == 201, session.text
+        assert run_in_kernel(container, session.json()["kernel"]["id"], "1")["status"] == "ok"  # up and idle
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    logs = container.logs()
+
+    assert "restarting kernel" not in logs and "InvalidStateError" not in logs, logs[-3000:]
     assert last_line(logs).endswith("stopped cleanly"), logs[-3000:]
 
 

@@ -57,7 +57,11 @@ def start_in_kernel(container, kernel: str, code: str) -> None:
 def run_in_a_notebook_kernel(container, base_url: str, token: str, code: str) -> dict:
     """Starts a python3 kernel through the server at BASE_URL and runs CODE in it; returns the content of
     the execute reply (status "ok", or "error" with ename and evalue)."""
-    kernel = start_a_notebook_kernel(base_url, token)
+    return run_in_kernel(container, start_a_notebook_kernel(base_url, token), code)
+
+
+def run_in_kernel(container, kernel: str, code: str) -> dict:
+    """Runs CODE in the kernel whose id is KERNEL, once it answers; returns the content of the execute reply."""
     result = container.run(f"python -c {shlex.quote(CLIENT)} kernel-{kernel}.json {shlex.quote(code)}", timeout=120)
     assert result.rc == 0, result.stdout + result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])

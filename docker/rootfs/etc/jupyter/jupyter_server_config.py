@@ -90,6 +90,8 @@ else:
 # Jupyter's token is never forwarded to a proxied server (jupyter_proxy_without_token.py).
 sys.path.append("/usr/local/lib/container")
 c.ServerApp.jpserver_extensions.update({"jupyter_work_first": True, "jupyter_proxy_without_token": True})
+# No kernel is restarted once the container's stop has begun (jupyter_work_first.py says why).
+c.AsyncIOLoopKernelManager.restarter_class = "jupyter_work_first.RestarterThatStopsWithTheContainer"
 
 # TensorBoard through JupyterLab (jupyter-server-proxy): /tensorboard/ behind the same token or password,
 # started on first visit and listening on 127.0.0.1 only, so no other port has to be published.

@@ -20,7 +20,6 @@ so the container's log does not call the stop clean.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 import stat
@@ -28,11 +27,12 @@ import sys
 import time
 import urllib.parse
 
+from jupyter_client.ioloop.restarter import AsyncIOLoopKernelRestarter
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
-from tornado.ioloop import IOLoop, PeriodicCallback
+from tornado.ioloop import IOLoop
 
 CONTAINER_LIB = os.path.dirname(os.path.abspath(__file__))
 if CONTAINER_LIB not in sys.path:
@@ -42,7 +42,6 @@ import stop_policy  # noqa: E402
 from run_folder import STOPPING, stop_timeout_s  # noqa: E402
 
 POLL_S = 0.2
-STOPPING_CHECK_MS = 500
 
 
 def below(root: int) -> stop_policy.Table:
@@ -152,7 +151,6 @@ class ContainerShutdownHandler(JupyterHandler):
     @authorized
     async def post(self) -> None:
         self.log.info("Shutting down on /api/shutdown request: asking the container to stop, your work first")
-        stop_restarting_kernels(self.kernel_manager)  # JupyterLab's shutdown has begun
         left = "; ".join(self.work_first.left_running).replace("\t", " ").replace("\n", " ")
         try:
             os.write(self.stop_requests, f"stop\t{left}\n".encode())
@@ -176,22 +174,19 @@ def stop_request_pipe() -> int | None:
     return int(fd)
 
 
-def no_kernel_restarts_once_stopping(serverapp) -> None:
-    """Once the container's stop has begun (the stop's marker), no kernel is restarted: the stop ends
-    the kernels, the kernel wrapper refuses to start new ones, and JupyterLab's restarter would try again
-    and again and hold up the server's own end. Checked twice a second: one stat()."""
-    def check() -> None:
+class RestarterThatStopsWithTheContainer(AsyncIOLoopKernelRestarter):
+    """JupyterLab's kernel restarter, which starts a kernel that died again, except once the container's
+    stop has begun (its marker): the stop ends the kernels, the kernel wrapper refuses to start new ones,
+    and a restart still in flight when the server's own end comes fails that end (InvalidStateError), so
+    the stop waits for its SIGKILL. Decided at each look, the moment a restart would begin: the stop
+    signals the kernels right after it writes the marker, sooner than any watch of the marker would see
+    it. Set as every kernel's restarter by /etc/jupyter/jupyter_server_config.py."""
+
+    async def poll(self) -> None:
         if os.path.exists(STOPPING):
-            stop_restarting_kernels(serverapp.kernel_manager)
-            watch.stop()
-    watch = PeriodicCallback(check, STOPPING_CHECK_MS)
-    IOLoop.current().add_callback(watch.start)  # once the server's loop runs
-
-
-def stop_restarting_kernels(kernels) -> None:
-    for kernel_id in list(kernels.list_kernel_ids()):
-        with contextlib.suppress(Exception):  # a kernel that went meanwhile
-            kernels.get_kernel(kernel_id).stop_restarter()
+            self.stop()
+            return
+        await super().poll()
 
 
 def reachable_from_inside(serverapp) -> None:
@@ -220,7 +215,6 @@ def _load_jupyter_server_extension(serverapp) -> None:
     stop_work_before_closing_terminals(serverapp, work_first)
     stop_work_before_shutting_kernels_down(serverapp, work_first)
     reachable_from_inside(serverapp)
-    no_kernel_restarts_once_stopping(serverapp)
     if pipe is not None:
         # This server's kernels outlive it (python-kernel): after a crash, the container's stop still
         # asks their loops to save. Kernels of another server (one a user starts) keep ipykernel's watch.
