@@ -63,10 +63,12 @@ def wait_until_it_ignores_sigterm(container: Container, pattern: str) -> None:
 
 
 def wait_until_trained(container: Container, name: str) -> None:
-    """Waits until the trainer NAME logged step 2; on failure shows its log and the container's."""
+    """Waits until the trainer NAME logged step 2; on failure shows its log, the container's, and where
+    each process waits (a hang shows its place there: stat and wchan)."""
     def story() -> str:
         return (f"{name} never trained:\n" + container.run(f"cat /tmp/{name}.log").stdout
-                + container.logs()[-2000:])
+                + container.logs()[-2000:]
+                + container.run("ps -eo pid,ppid,pgid,stat,wchan:24,etime,args", user=None).stdout)
     wait_until(lambda: container.run(f"grep -q '\"step\": 2,' /tmp/{name}.jsonl").rc == 0, TRAINER_STARTS_S,
                failure=story)
 
