@@ -230,6 +230,22 @@ def test_no_kernel_is_restarted_however_soon_the_restarter_looks_after_the_stop_
     assert last_line(logs).endswith("stopped cleanly"), logs[-3000:]
 
 
+def test_a_kernel_still_starting_when_the_stop_begins_is_not_started_on_the_images_python(containers):
+    """A kernel's start first tries the user's own environment (a second or two); a stop that begins then
+    ends that try. The kernel must not fall back to the image's Python, telling the user their
+    environment is broken, and start in a container that is stopping."""
+    container, access = jupyterlab(containers)
+    for name in ("first", "second", "third"):
+        session = access.post("api/sessions", json={"path": f"{name}.ipynb", "name": f"{name}.ipynb",
+                                                    "type": "notebook", "kernel": {"name": "python3"}})
+        assert session.status_code == 201, session.text
+    docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
+    logs = container.logs()
+
+    assert "runs the image's Python" not in logs, logs[-3000:]
+    assert last_line(logs).endswith("stopped cleanly"), logs[-3000:]
+
+
 def test_jupyter_server_stop_works_in_a_container_without_a_network(containers):
     """`jupyter server stop` posts /api/shutdown to the URL in the server's runtime file: with the server on
     every address that URL named the container's host name, which nothing resolves without a network."""
