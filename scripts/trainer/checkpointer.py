@@ -220,8 +220,9 @@ class Checkpointer:
         """Runs ACTION on every rank; a CheckpointWriteError becomes CheckpointFailure on every rank alike.
 
         Only TOLD_BY_RANK_0 communicates: after an action that only rank 0 does (it writes the one file, or
-        takes the folder's lock), rank 0 broadcasts how it went. Otherwise ACTION is collective itself (a sharded save, the end of a
-        background one) and fails on every rank alike, so each rank raises on its own and no rank waits.
+        takes the folder's lock), rank 0 broadcasts how it went. Otherwise ACTION is collective itself (a
+        sharded save, the end of a background one) and fails on every rank alike, so each rank raises on
+        its own and no rank waits.
         """
         problem: list[str | None] = [None]
         result = None

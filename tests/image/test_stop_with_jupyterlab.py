@@ -28,10 +28,19 @@ TOKEN = "shut-down-test-token-3c2b1a0f9e"
 IGNORES_SIGTERM = "python3 -c 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'"
 
 
-def jupyterlab(containers):
-    container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}"])
+def jupyterlab(containers, options: tuple[str, ...] = ()):
+    container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}", *options])
     container.wait_until_healthy()
     return container, JupyterAccess(f"http://127.0.0.1:{container.published_port(8888)}/", token=TOKEN)
+
+
+def open_a_notebook(access: JupyterAccess, name: str) -> str:
+    """Opens the notebook NAME.ipynb as JupyterLab does (a session with a new python3 kernel); returns the
+    kernel's id."""
+    session = access.post("api/sessions", json={"path": f"{name}.ipynb", "name": f"{name}.ipynb", "type": "notebook",
+                                                "kernel": {"name": "python3"}})
+    assert session.status_code == 201, session.text
+    return session.json()["kernel"]["id"]
 
 
 def type_into_a_terminal(access: JupyterAccess, command: str) -> None:
@@ -42,10 +51,7 @@ def type_into_a_terminal(access: JupyterAccess, command: str) -> None:
 
 def start_a_loop_in_a_notebook(container, access: JupyterAccess, name: str) -> None:
     """Opens a notebook (a session, as JupyterLab does) and leaves the trainer NAME's loop running in it."""
-    session = access.post("api/sessions", json={"path": f"{name}.ipynb", "name": f"{name}.ipynb", "type": "notebook",
-                                                "kernel": {"name": "python3"}})
-    assert session.status_code == 201, session.text
-    start_in_kernel(container, session.json()["kernel"]["id"], training_in_a_kernel(name))
+    start_in_kernel(container, open_a_notebook(access, name), training_in_a_kernel(name))
 
 
 def training_in_a_terminal_and_a_notebook(containers, terminal_command: str):
@@ -191,12 +197,8 @@ def test_no_kernel_is_restarted_once_the_container_stops(containers):
     restarter (it looks every 3 s) must not start it again, nor try over and over while the kernel wrapper
     refuses to start one in a stopping container."""
     container, access = jupyterlab(containers)
-    for name in ("idle", "saving"):
-        session = access.post("api/sessions", json={"path": f"{name}.ipynb", "name": f"{name}.ipynb",
-                                                    "type": "notebook", "kernel": {"name": "python3"}})
-        assert session.status_code == 201, session.text
-        if name == "saving":
-            start_in_kernel(container, session.json()["kernel"]["id"], SAVES_FOR_8_S_ON_SIGTERM)
+    open_a_notebook(access, "idle")
+    start_in_kernel(container, open_a_notebook(access, "saving"), SAVES_FOR_8_S_ON_SIGTERM)
     docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
     logs = container.logs()
 
@@ -213,16 +215,10 @@ def test_no_kernel_is_restarted_however_soon_the_restarter_looks_after_the_stop_
     config.mkdir(mode=0o755)
     (config / "jupyter_server_config.json").write_text(json.dumps({"KernelRestarter": {"time_to_dead": 0.01}}))
     (config / "jupyter_server_config.json").chmod(0o644)
-    container = containers(options=["--publish", "127.0.0.1::8888", "--env", f"JUPYTER_TOKEN={TOKEN}",
-                                    "--volume", f"{config}:/etc/jupyter-of-the-user:ro",
-                                    "--env", "JUPYTER_CONFIG_PATH=/etc/jupyter-of-the-user"])
-    container.wait_until_healthy()
-    access = JupyterAccess(f"http://127.0.0.1:{container.published_port(8888)}/", token=TOKEN)
+    container, access = jupyterlab(containers, ("--volume", f"{config}:/etc/jupyter-of-the-user:ro",
+                                                "--env", "JUPYTER_CONFIG_PATH=/etc/jupyter-of-the-user"))
     for name in ("first", "second", "third"):
-        session = access.post("api/sessions", json={"path": f"{name}.ipynb", "name": f"{name}.ipynb",
-                                                    "type": "notebook", "kernel": {"name": "python3"}})
-        assert session.status_code == 201, session.text
-        assert run_in_kernel(container, session.json()["kernel"]["id"], "1")["status"] == "ok"  # up and idle
+        assert run_in_kernel(container, open_a_notebook(access, name), "1")["status"] == "ok"  # up and idle
     docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
     logs = container.logs()
 
@@ -236,9 +232,7 @@ def test_a_kernel_still_starting_when_the_stop_begins_is_not_started_on_the_imag
     environment is broken, and start in a container that is stopping."""
     container, access = jupyterlab(containers)
     for name in ("first", "second", "third"):
-        session = access.post("api/sessions", json={"path": f"{name}.ipynb", "name": f"{name}.ipynb",
-                                                    "type": "notebook", "kernel": {"name": "python3"}})
-        assert session.status_code == 201, session.text
+        open_a_notebook(access, name)
     docker("stop", "--time", str(GRACE_PERIOD_S), container.name, timeout=GRACE_PERIOD_S + 30)
     logs = container.logs()
 
