@@ -22,6 +22,33 @@ readonly USER_HOOKS_DIR=/etc/container/start.d
 readonly SUPERVISOR=/usr/local/lib/container/supervisor.py
 readonly IMAGE_PYTHON_RECORD=/usr/local/lib/container/image-python  # written at build (Dockerfile)
 
+# Start-up never ends without a line (the EXIT trap below). A setting of the user's ends in fatal's own
+# line; a hook that fails or exits is named; anything else that set -e ended is a fault of the image, and
+# its line names the command and where it failed, which is what a report of it needs.
+FAILED_COMMAND="a step that set no status"  # the ERR trap names the command that failed
+RUNNING_HOOK=""  # the user's hook being sourced (run_user_hooks)
+# shellcheck disable=SC2329  # called by the EXIT trap
+report_how_start_up_ended() {
+  local status=$1
+  ((FATAL_REPORTED)) && return
+  if [[ -n $RUNNING_HOOK ]]; then
+    if ((status == 0)); then
+      printf '%s ERROR: start-up hook %s called exit, which ends start-up; make it return instead\n' \
+        "$LOG_PREFIX" "$RUNNING_HOOK" >&2
+      exit "$CONTAINER_EXIT_BAD_CONFIG"
+    fi
+    printf '%s ERROR: start-up hook %s failed (exit status %s); fix it or remove it from %s\n' \
+      "$LOG_PREFIX" "$RUNNING_HOOK" "$status" "$USER_HOOKS_DIR" >&2
+  elif ((status != 0)); then
+    printf '%s ERROR: start-up failed (exit status %s) at %s; this is a fault of the image, not of your' \
+      "$LOG_PREFIX" "$status" "$FAILED_COMMAND" >&2
+    printf ' settings: report it with this line, and start with the last image tag that worked\n' >&2
+  fi
+}
+set -o errtrace  # the ERR trap in every function of the steps, where the failures happen
+trap 'FAILED_COMMAND="\`$BASH_COMMAND\` (${BASH_SOURCE[0]#/usr/local/lib/container/}, line $LINENO)"' ERR
+trap 'report_how_start_up_ended $?' EXIT
+
 # Everything the steps share is declared here, and only here.
 JUPYTER_EXTRA_ARGS=()
 # A hub that names its own command (DockerSpawner's cmd, z2jh's default) starts jupyterhub-singleuser
@@ -35,13 +62,13 @@ if (($#)); then CONTAINER_MODE="command"; else CONTAINER_MODE="services"; fi
 # A JupyterHub spawner hands its container an API token: the hub then authenticates, and SSH, which
 # the hub knows nothing of, stays off unless asked for.
 if [[ -n ${JUPYTERHUB_API_TOKEN:-} ]]; then SPAWNED_BY_JUPYTERHUB=1; else SPAWNED_BY_JUPYTERHUB=0; fi
-ENABLE_SSH=$(read_switch ENABLE_SSH "$((SPAWNED_BY_JUPYTERHUB ? 0 : 1))")
-ENABLE_JUPYTER=$(read_switch ENABLE_JUPYTER 1)
+ENABLE_SSH=$(read_switch ENABLE_SSH "$((SPAWNED_BY_JUPYTERHUB ? 0 : 1))") || exit_after_its_line
+ENABLE_JUPYTER=$(read_switch ENABLE_JUPYTER 1) || exit_after_its_line
 if [[ $CONTAINER_MODE == command ]]; then ENABLE_SSH=0 ENABLE_JUPYTER=0; fi
 # The in-container GPU exporter (docs/monitoring.md) runs beside the services or beside a command: a
 # Slurm or Kubernetes job that runs torchrun as its command is where it is needed most.
 # shellcheck disable=SC2034  # written into the settings (start/mode.sh); the supervisor starts it
-ENABLE_GPU_EXPORTER=$(read_switch ENABLE_GPU_EXPORTER 0)
+ENABLE_GPU_EXPORTER=$(read_switch ENABLE_GPU_EXPORTER 0) || exit_after_its_line
 # Whether tini, our parent, is PID 1: else the container shares the host's PID namespace (Apptainer
 # without --pid, docker run --pid=host), and the supervisor's stop signals only its descendants.
 # shellcheck disable=SC2034  # written into the settings (start/mode.sh)
@@ -55,7 +82,6 @@ AS_USER=()   # the prefix that runs a command as the container user (set_up_cont
 # 1 where the user's work must run as the container's root (rootless Podman's default namespace, with
 # the caller's folder at /workspace): set by set_up_container_user, which leaves AS_USER empty then.
 WORK_RUNS_AS_CONTAINER_ROOT=0
-RUNNING_HOOK=""
 # shellcheck disable=SC2034  # written into the settings (start/mode.sh)
 JUPYTER_SERVER_COMMAND=(jupyter lab)   # prepare_jupyter_auth picks jupyterhub-singleuser under a hub
 export CONTAINER_MODE
@@ -88,23 +114,10 @@ run_user_hooks() {
     log_info "running start-up hook $hook"
     # A global, not a local: when set -e ends the shell inside the hook, the trap runs after locals are gone.
     RUNNING_HOOK=$hook
-    trap 'report_hook_that_ended_start_up $?' EXIT
     # shellcheck source=/dev/null
     source "$hook"
-    trap - EXIT
+    RUNNING_HOOK=""
   done
-}
-
-# shellcheck disable=SC2329  # called by the EXIT trap that run_user_hooks sets
-report_hook_that_ended_start_up() {
-  local status=$1 hook=$RUNNING_HOOK
-  ((FATAL_REPORTED)) && return
-  if ((status == 0)); then
-    printf '%s ERROR: start-up hook %s called exit, which ends start-up; make it return instead\n' "$LOG_PREFIX" "$hook" >&2
-    exit "$CONTAINER_EXIT_BAD_CONFIG"
-  fi
-  printf '%s ERROR: start-up hook %s failed (exit status %s); fix it or remove it from %s\n' \
-    "$LOG_PREFIX" "$hook" "$status" "$USER_HOOKS_DIR" >&2
 }
 
 # A restarted container keeps its files: what the last start recorded is stale until this one is done.
@@ -130,4 +143,5 @@ write_resolved_settings "$SETTINGS_FILE"
 # The supervisor (docs/how-it-runs.md) starts the services or the command, each in a session of its
 # own, touches $STARTED_FILE, and stops the container on SIGTERM. The image's own Python, with the
 # standard library only: no package of the user's can break it.
+trap - EXIT ERR
 exec "$(<"$IMAGE_PYTHON_RECORD")" -I -S "$SUPERVISOR" "$SETTINGS_FILE" -- "$@"

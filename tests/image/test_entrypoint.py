@@ -78,6 +78,42 @@ def test_puid_taken_by_another_user_of_the_base_is_still_mapped(containers):
         ["100", "100", "dev", "/home/dev", "100"]
 
 
+# Ids below 1000 across the system range: free in the image (a Mac's uid 501 and gid 20 is staff there, but
+# dialout here; 500, 999) and taken (100 is Debian's sshd, 42 shadow), each with either kind of partner.
+@pytest.mark.tier("landing")
+@pytest.mark.parametrize("puid, pgid", [("501", "20"), ("500", "999"), ("999", "105"), ("100", "111"),
+                                        ("4321", "120"), ("998", "42")])
+def test_ids_below_1000_start_whether_or_not_the_image_has_them(image, puid, pgid):
+    result = run_container_to_completion(image, command=["bash", "-c", "id -u; id -g; id -un; touch ~/ok && echo ok"],
+                                         options=["--env", f"PUID={puid}", "--env", f"PGID={pgid}"])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [puid, pgid, "dev", "ok"], result.stdout + result.stderr
+    assert error_lines(result.stderr) == [], result.stderr
+
+
+@pytest.mark.tier("landing")
+def test_a_macs_ids_start_the_services_healthy(containers):
+    container = containers(options=["--env", "PUID=501", "--env", "PGID=20",
+                                    "--env", f"SSH_AUTHORIZED_KEYS={public_line(generate_key())}"])
+    container.wait_until_healthy()
+    assert "started: ssh jupyter" in container.logs(), container.logs()
+    assert container.run("id -u; id -g; stat -c %u:%g ~").stdout.split() == ["501", "20", "501:20"]
+
+
+def test_a_step_that_fails_unexpectedly_still_ends_start_up_with_one_line_naming_it(image, tmp_path):
+    """Whatever set -e ends, start-up says where: a step library planted after the image's own replaces
+    one of its functions with a failing command, as a fault of the image would fail."""
+    broken = tmp_path / "zz-broken.sh"
+    broken.write_text("copy_sample_notebooks() { grep -q no-such-text /etc/hostname; }\n")
+    result = run_container_to_completion(
+        image, options=["--env", "ENABLE_SSH=0", "--volume", f"{broken}:/usr/local/lib/container/start/zz-broken.sh:ro"])
+    assert result.returncode == 1, result.stderr
+    errors = error_lines(result.stderr)
+    assert len(errors) == 1, result.stderr
+    assert "start-up failed (exit status 1) at `grep -q no-such-text /etc/hostname` (start/zz-broken.sh, line 1)" \
+        in errors[0] and "report it" in errors[0], errors
+
+
 @pytest.mark.parametrize("variable, value, message", [
     ("PUID", "abc", "PUID='abc' is not a numeric id"),
     ("PGID", "1000x", "PGID='1000x' is not a numeric id"),

@@ -14,6 +14,14 @@ fatal() {
   FATAL_REPORTED=1
   exit "$CONTAINER_EXIT_BAD_CONFIG"
 }
+# After a step run in a subshell, whose fatal line is already out there: VALUE=$(step) || exit_after_its_line
+# ends start-up with its status and no second line (the subshell's FATAL_REPORTED did not reach us).
+exit_after_its_line() {
+  local status=$?
+  # shellcheck disable=SC2034  # read by the entrypoint's EXIT trap
+  FATAL_REPORTED=1
+  exit "$status"
+}
 # Accepts 1/0, true/false, yes/no, on/off for the switch named $1; prints 1 or 0.
 read_switch() {
   local name=$1 default=$2 value

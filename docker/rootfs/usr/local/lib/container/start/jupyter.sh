@@ -131,7 +131,7 @@ read_jupyter_allowed_hosts() {
 use_the_platforms_authentication() {
   [[ -z ${JUPYTER_TOKEN:-}${JUPYTER_PASSWORD_HASH:-} ]] ||
     fatal "JUPYTER_AUTH=platform turns Jupyter's own login off, but JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH is set too; unset them, or unset JUPYTER_AUTH"
-  JUPYTER_ALLOWED_HOSTS=$(read_jupyter_allowed_hosts) || exit
+  JUPYTER_ALLOWED_HOSTS=$(read_jupyter_allowed_hosts) || exit_after_its_line
   log_warn "JUPYTER_AUTH=platform: JupyterLab runs WITHOUT its own token or password; only the platform in" \
            "front of it (Kubeflow's Istio and auth proxy, an authenticating reverse proxy) keeps others out." \
            "It answers only requests for localhost${JUPYTER_ALLOWED_HOSTS:+,$JUPYTER_ALLOWED_HOSTS} and loopback addresses" \
@@ -154,7 +154,7 @@ use_jupyters_own_authentication() {
 }
 
 prepare_jupyter_auth() {
-  JUPYTER_BASE_URL=$(read_jupyter_base_url) || exit
+  JUPYTER_BASE_URL=$(read_jupyter_base_url) || exit_after_its_line
   JUPYTER_AUTH=${JUPYTER_AUTH:-token}
   if ((SPAWNED_BY_JUPYTERHUB)); then
     JUPYTER_AUTH=hub

@@ -45,15 +45,15 @@ validated_keys() {
 
 write_authorized_keys() {
   local keys_from_env="" keys_from_file=""
-  # validated_keys runs in a subshell: its fatal line is printed there, and `|| exit` stops us here.
+  # validated_keys runs in a subshell: its fatal line is printed there, and `|| exit_after_its_line` stops us here.
   if [[ -n ${SSH_AUTHORIZED_KEYS:-} ]]; then
-    keys_from_env=$(validated_keys SSH_AUTHORIZED_KEYS "$SSH_AUTHORIZED_KEYS") || exit
+    keys_from_env=$(validated_keys SSH_AUTHORIZED_KEYS "$SSH_AUTHORIZED_KEYS") || exit_after_its_line
   fi
   if [[ -n ${SSH_AUTHORIZED_KEYS_FILE:-} ]]; then
     [[ -f $SSH_AUTHORIZED_KEYS_FILE && -r $SSH_AUTHORIZED_KEYS_FILE ]] ||
       fatal "SSH_AUTHORIZED_KEYS_FILE=$SSH_AUTHORIZED_KEYS_FILE cannot be read; mount your public key file there (read-only)"
     keys_from_file=$(validated_keys "SSH_AUTHORIZED_KEYS_FILE ($SSH_AUTHORIZED_KEYS_FILE)" \
-                       "$(<"$SSH_AUTHORIZED_KEYS_FILE")") || exit
+                       "$(<"$SSH_AUTHORIZED_KEYS_FILE")") || exit_after_its_line
   fi
   # Root-owned and read-only for the user: sshd reads it, the user cannot widen it by accident.
   install -d -m 0755 "$AUTHORIZED_KEYS_DIR"

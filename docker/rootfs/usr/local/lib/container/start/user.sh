@@ -26,10 +26,18 @@ validate_numeric_id() {
 warn_if_system_id() {
   local name=$1 database=$2 value=${!1:-} owner
   [[ -n $value ]] && ((value < FIRST_REGULAR_ID || value == OVERFLOW_ID)) || return 0
-  owner=$(getent "$database" "$value" | cut -d: -f1)
+  owner=$(entry_field "$database" "$value" 1)
   [[ -n $owner && $owner != "$CONTAINER_USER" ]] || return 0
   log_warn "$name=$value is the image's own $( [[ $database == passwd ]] && echo user || echo group ) '$owner':" \
            "the container user shares its rights; use your own id on the host (id -u / id -g) unless you mean it"
+}
+
+# Field $3 of the passwd or group entry with id $2, or nothing where the image has no such id. getent's
+# exit 2 for an unknown id is an answer, not a failure: a Mac's uid 501 and gid 20 name no account here.
+entry_field() {
+  local entry
+  entry=$(getent "$1" "$2") || return 0
+  cut -d: -f"$3" <<<"$entry"
 }
 
 # When PUID/PGID also belong to an account of the base (Debian's sshd is 100), lookups by id must
@@ -189,7 +197,7 @@ set_up_container_user() {
   if ((EUID == 0)); then
     HOME=/home/$CONTAINER_USER
   elif [[ ${HOME:-/} == / ]]; then
-    HOME=$(getent passwd "$(id -u)" | cut -d: -f6)
+    HOME=$(entry_field passwd "$(id -u)" 6)
   fi
   export HOME USER=$CONTAINER_USER LOGNAME=$CONTAINER_USER
   # The prefix that runs a command as the container user: it drops root when started as root, except
