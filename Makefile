@@ -44,7 +44,7 @@ GPU_PASS_SKIPS := --ignore=tests/runtimes/test_rootless_podman.py
 # every flavor and every pulled release must pass, with tests/runtimes (the image under other runtimes'
 # rules); tests/unit needs neither Docker nor an image.
 IMAGE_SUITE := tests/image tests/runtimes
-IMAGE_SUITES := tests/image tests/runtimes tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/team tests/release tests/pipeline
+IMAGE_SUITES := tests/image tests/runtimes tests/host tests/editor tests/trainer tests/monitoring tests/browser tests/deploy tests/team tests/release tests/pipeline
 
 IMAGE_REF := $(IMAGE):$(TAG)
 BASE_REF := $(if $(filter gpu,$(FLAVOR)),nvcr.io/nvidia/pytorch:$(NGC_TAG),$(CPU_BASE_IMAGE))

@@ -8,9 +8,12 @@ compiled everything; a resume loads them into the cache before compiling. torch'
 GPU's index, so each local rank has a file of its own (compiled_code.LOCAL_RANK.bin), written by the
 ranks of the first node and loaded by the ranks of the same local rank on every node.
 
-The file is code (a pickle of compiled kernels), so it is loaded only from the run's own --ckpt-dir, and
-only when the torch, Triton and device it records are this process's own and its checksum holds. Anything
-else (another build, a damaged or unreadable file) costs one line and a cold compile, never the run.
+The file is code (a pickle of compiled kernels): loading it runs it. So it is loaded only from the run's
+own --ckpt-dir, only when it is a regular file of sane size (trainer/bounded_read.py), when the torch,
+Triton and device it records are this process's own, its checksum holds, and its signature proves that
+this user's own runs wrote it (trainer/compiled_code_key.py: a key outside the checkpoint folder).
+Anything else (another build, a damaged file, a file another user planted, a link or a FIFO) costs one
+line and a cold compile, never the run.
 """
 from __future__ import annotations
 
@@ -21,9 +24,14 @@ import platform
 
 import torch
 
+from trainer.bounded_read import RefusedFile, read_regular_file
 from trainer.checkpoint import CheckpointWriteError, os_error_cause, write_atomically
+from trainer.compiled_code_key import KeyUnusable, key_path, read_key, read_or_make_key, signature, signed_by
 
 HEADER_LIMIT = 4096  # the JSON line before the artifacts
+# Far above what a model's compiled graphs take (a few MiB on a CPU, tens on a GPU); what is larger is
+# not worth reading to find out.
+SIZE_LIMIT = 1 << 30
 
 
 def compiled_code_path(ckpt_dir: pathlib.Path, local_rank: int) -> pathlib.Path:
@@ -55,9 +63,11 @@ def load_compiled_code(path: pathlib.Path, device: torch.device) -> tuple[bool, 
     """Loads the compiled code in PATH into torch's caches. Returns whether it did, and the line that
     says what happened (None when there is no file)."""
     try:
-        data = path.read_bytes()
+        data, _ = read_regular_file(path, SIZE_LIMIT)
     except FileNotFoundError:
         return False, None
+    except RefusedFile as refused:
+        return False, f"compiled code {path} {refused}, so it is not read; compiling afresh"
     except OSError as error:
         return False, f"compiled code {path} is unreadable ({error.strerror}); compiling afresh"
     header, newline, artifacts = data.partition(b"\n")
@@ -71,8 +81,16 @@ def load_compiled_code(path: pathlib.Path, device: torch.device) -> tuple[bool, 
     if recorded["identity"] != identity:
         return False, (f"compiled code {path} is for {describe(recorded['identity'])}, not {describe(identity)}; "
                        f"compiling afresh")
-    if hashlib.sha256(artifacts).hexdigest() != recorded.get("sha256"):
+    digest = hashlib.sha256(artifacts).hexdigest()
+    if digest != recorded.get("sha256"):
         return False, f"compiled code {path} is damaged (its checksum differs); compiling afresh"
+    try:
+        key = read_key(key_path())
+    except KeyUnusable as unusable:
+        return False, f"compiled code {path} cannot be checked: {unusable}; compiling afresh"
+    if key is None or not signed_by(key, identity, digest, recorded.get("signature")):
+        return False, (f"compiled code {path} was not signed with your key ({key_path()}), so no run of yours "
+                       f"wrote it; compiling afresh")
     try:
         info = torch.compiler.load_cache_artifacts(artifacts)
     except Exception as error:  # whatever torch makes of artifacts it cannot use: a cold compile, not a crash
@@ -89,7 +107,13 @@ def save_compiled_code(path: pathlib.Path, device: torch.device) -> str | None:
     if saved is None:
         return None
     artifacts = saved[0]
-    header = json.dumps({"identity": build_identity(device), "sha256": hashlib.sha256(artifacts).hexdigest()})
+    try:
+        key = read_or_make_key(key_path())
+    except (KeyUnusable, OSError) as error:
+        why = error.strerror if isinstance(error, OSError) else error
+        return f"train_ddp.py: warning: the compiled code is not saved: {why}; a resume elsewhere compiles afresh"
+    identity, digest = build_identity(device), hashlib.sha256(artifacts).hexdigest()
+    header = json.dumps({"identity": identity, "sha256": digest, "signature": signature(key, identity, digest)})
     try:  # as a checkpoint is written: never through a planted link, never half
         write_atomically(path, lambda file: file.write(header.encode() + b"\n" + artifacts))
     except (CheckpointWriteError, OSError) as error:
