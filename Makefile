@@ -224,8 +224,9 @@ test-pulled: $(TEST_VENV) ## Test an image that exists already (a pulled release
 	  $(call suites_unless_named,$(IMAGE_SUITE)) $(PYTEST_ARGS)
 
 .PHONY: test-unit
+# One worker per core: the tier is many small files, and torch's import is paid once per worker.
 test-unit: $(TEST_VENV)/.torch-$(TORCH_VERSION) ## The unit tier: pure functions of scripts/ and tools/, no Docker (seconds)
-	$(TEST_VENV)/bin/python -m pytest tests/unit $(if $(filter tests/unit%,$(PYTEST_ARGS)),,$(filter-out tests/%,$(PYTEST_ARGS)))
+	$(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) tests/unit $(if $(filter tests/unit%,$(PYTEST_ARGS)),,$(filter-out tests/%,$(PYTEST_ARGS)))
 
 $(TEST_VENV): tests/requirements.txt
 	python3 -m venv $(TEST_VENV)

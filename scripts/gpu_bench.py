@@ -102,7 +102,7 @@ def run_limit_s(args: argparse.Namespace) -> float:
     return RUN_START_S + (args.warmup + args.steps) * SLOWEST_STEP_S
 
 
-# ---- what a run measured (pure functions: tests/unit/test_gpu_bench.py) ---------------------------
+# ---- what a run measured (tests/host/test_gpu_bench.py) ---------------------------
 
 def measured_windows(records: list[dict[str, Any]], warmup: int) -> list[dict[str, Any]]:
     """The windows after the warm-up: trainer metrics records, or the bare loop's, both keyed by step. A

@@ -2,7 +2,7 @@
 `torchrun --nproc-per-node=8 ... --metrics-file m.jsonl` with no m.jsonl yet once died in a rank's
 check with FileNotFoundError, because each rank created the missing file and removed it again.
 
-    make test-unit PYTEST_ARGS=tests/unit/test_flag_checks_race.py
+    make test PYTEST_ARGS=tests/host/test_flag_checks_race.py
 
 The ranks here are forked processes released by one barrier, closer together than torchrun's ranks
 ever start, and the round repeats. Against the check before the fix, 11 runs of this test out of 11
@@ -13,9 +13,14 @@ from __future__ import annotations
 import multiprocessing
 import pathlib
 
+import pytest
+
 from trainer.config import check_ckpt_dir, check_metrics_file
 
+pytestmark = pytest.mark.tier("landing")
+
 RANKS = 16
+RANK_ANSWERS_S = 60  # sixteen processes importing the trainer's config on a loaded 2-core machine
 ROUNDS = 20
 
 
@@ -37,9 +42,9 @@ def test_many_ranks_check_a_metrics_file_that_does_not_exist_yet_at_once(tmp_pat
                  for _ in range(RANKS)]
         for rank in ranks:
             rank.start()
-        answers = [results.get(timeout=60) for _ in ranks]
+        answers = [results.get(timeout=RANK_ANSWERS_S) for _ in ranks]
         for rank in ranks:
-            rank.join(timeout=60)
+            rank.join(timeout=RANK_ANSWERS_S)
         assert answers == ["ok"] * RANKS, f"round {round_number}: {sorted(set(answers))}"
         assert not metrics_file.exists()  # a check leaves nothing behind; rank 0's reporter creates it
     assert sorted(path.name for path in tmp_path.iterdir()) == []  # no temporary file either

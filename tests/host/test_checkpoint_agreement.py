@@ -3,7 +3,7 @@
 checkpoint folder, as nodes whose network mounts disagree (a stale cache) have: one rank finds the newest
 checkpoint damaged while the other reads it whole.
 
-    make test-unit PYTEST_ARGS=tests/unit/test_checkpoint_agreement.py
+    make test PYTEST_ARGS=tests/host/test_checkpoint_agreement.py
 """
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import torch.multiprocessing as mp
 
 from trainer.checkpoint import (TRAINING_STATE_FILE, CheckpointReadError, checkpoint_path, load_newest_checkpoint,
                                 save_checkpoint_atomically)
+
+pytestmark = pytest.mark.tier("landing")
 
 RANKS = 2
 FINISHES_S = 60  # a rank that waits in a collective its peer never joins would hang until gloo gives up

@@ -3,7 +3,7 @@ every run standing alone under a fake launcher (one that fails, one that hangs w
 measures nothing), NVML counted only over the measured steps with a fake pynvml, and the MFU peaks of
 each H100 and H200 part. On a host without a GPU the benchmark refuses in one line.
 
-    make test-unit PYTEST_ARGS=tests/unit/test_gpu_bench.py
+    make test PYTEST_ARGS=tests/host/test_gpu_bench.py
 """
 from __future__ import annotations
 
@@ -21,9 +21,13 @@ import pytest
 
 import gpu_bench
 from gpu_bench import Run
-from tests.support import REPO_ROOT
+from tests.support import REPO_ROOT, SETTLES_S
 from tests.support.waiting import wait_until
 from trainer.metrics import known_peak
+
+pytestmark = pytest.mark.tier("landing")
+
+SAMPLER_S = 10  # the sampler thread asks NVML every 10 ms: a dozen answers take a tenth of a second
 
 FLOPS_PER_TOKEN = 6 * 124_000_000
 H200_PEAK = 989e12
@@ -179,7 +183,7 @@ def test_an_nvml_error_in_one_sample_is_counted_and_the_sampler_goes_on(tmp_path
     nvml = FakeNvml(fail_every=3)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     with gpu_bench.GpuSampler(["GPU-1234"], tmp_path / "run.jsonl", every_s=0.01, watch_every_s=0.01) as sampler:
-        wait_until(lambda: nvml.queries >= 12, 10, interval=0.01)
+        wait_until(lambda: nvml.queries >= 12, SAMPLER_S, interval=0.01)
     assert sampler.errors >= 4 and len(sampler.samples) >= 8
     assert sampler.errors + len(sampler.samples) == nvml.queries
 
@@ -266,7 +270,7 @@ def test_a_failed_a_hung_and_an_empty_run_each_leave_the_other_runs_rows(tmp_pat
 
     # The hung run's worker, in a session of its own and deaf to SIGTERM, ended with its launcher.
     (worker,) = map(int, (tmp_path / "workers").read_text().split())
-    wait_until(lambda: not alive(worker), 10, interval=0.1)
+    wait_until(lambda: not alive(worker), SETTLES_S, interval=0.1)
 
 
 def test_the_results_are_written_after_every_run_and_runs_past_the_budget_are_skipped(tmp_path, fake_launcher,
@@ -303,7 +307,7 @@ def test_a_stopped_benchmark_ends_the_run_in_flight_and_keeps_the_rows_before_it
     env = {**os.environ, "FAKE_RUNS": json.dumps({"bare-ddp-16": "hangs"}), "FAKE_WORKERS": str(tmp_path / "workers")}
     benchmark = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "out"), str(fake_launcher)], env=env)
     try:
-        wait_until(lambda: (tmp_path / "workers").exists(), 60, interval=0.1)
+        wait_until(lambda: (tmp_path / "workers").exists(), SETTLES_S, interval=0.1)
         benchmark.send_signal(signal.SIGTERM)
         assert benchmark.wait(timeout=30) == 0
     finally:
@@ -312,7 +316,7 @@ def test_a_stopped_benchmark_ends_the_run_in_flight_and_keeps_the_rows_before_it
     rows = json.loads((tmp_path / "out" / "gpu_bench.json").read_text())["runs"]
     assert [row.get("error") for row in rows] == [None, "stopped by SIGTERM"], rows
     (worker,) = map(int, (tmp_path / "workers").read_text().split())
-    wait_until(lambda: not alive(worker), 10, interval=0.1)
+    wait_until(lambda: not alive(worker), SETTLES_S, interval=0.1)
 
 
 def test_a_host_without_a_gpu_is_refused_in_one_line(tmp_path):
