@@ -78,6 +78,8 @@ if ((PPID == 1)); then OWN_PID_NAMESPACE=1; else OWN_PID_NAMESPACE=0; fi
 unset JUPYTER_PLATFORM_AUTH_CHECKED
 # shellcheck disable=SC2034  # set by set_up_container_user, read by the later steps
 CONTAINER_UID="" CONTAINER_GID=""
+# Where the user's work is kept: /workspace, or a platform's home volume (resolve_workspace, start/workspace.sh).
+CONTAINER_WORKSPACE=/workspace
 AS_USER=()   # the prefix that runs a command as the container user (set_up_container_user sets it)
 # 1 where the user's work must run as the container's root (rootless Podman's default namespace, with
 # the caller's folder at /workspace): set by set_up_container_user, which leaves AS_USER empty then.
@@ -91,6 +93,8 @@ run_core_steps() {
   check_settings
   run_ngc_start_scripts
   set_up_container_user
+  resolve_workspace
+  export CONTAINER_WORKSPACE  # JupyterLab's root (jupyter_server_config.py)
   if ((ENABLE_SSH)); then
     if ssh_can_run; then prepare_ssh; else ENABLE_SSH=0; fi
   fi

@@ -6,13 +6,15 @@ deploy/kubernetes/notebook.yaml is checked against the Notebook CRD's schema.
 """
 from __future__ import annotations
 
+import uuid
+
 import pytest
 import requests
 import yaml
 
 from tests.deploy.test_kubernetes import validate_core, validate_pod_template
 from tests.support import HTTP_TIMEOUT_S, REPO_ROOT
-from tests.support.containers import run_container_to_completion, running_container
+from tests.support.containers import docker, run_container_to_completion, running_container
 from tests.support.jupyter_websockets import JupyterAccess, run_in_kernel, run_in_terminal
 
 pytestmark = pytest.mark.tier("landing")
@@ -61,6 +63,51 @@ def test_without_a_login_of_its_own_jupyterlab_answers_only_the_platforms_host_n
     terminals = f"http://127.0.0.1:{kubeflow_notebook.published_port(8888)}{PREFIX}/api/terminals"
     assert requests.get(terminals, headers={"Host": host}, timeout=HTTP_TIMEOUT_S).status_code == status
     assert f"only requests for localhost,{PLATFORM_HOST} and loopback" in kubeflow_notebook.logs()
+
+
+# ---- Kubeflow's New Notebook form -------------------------------------------------------------------
+# The form starts a custom image with its workspace volume at /home/jovyan (its default mount path),
+# fsGroup 100 on the pod (the kubelet gives the volume to group 100, setgid), NB_PREFIX, and the image's
+# own user unless the admin adds runAsUser. Nothing is mounted at /workspace.
+FORM_HOME = "/home/jovyan"
+
+
+@pytest.fixture
+def form_volume(image):
+    """A named volume as the kubelet hands a PVC to a pod with fsGroup 100: group 100's, mode 2775."""
+    name = f"kubeflow-form-{uuid.uuid4().hex[:12]}"
+    docker("volume", "create", name)
+    try:
+        docker("run", "--rm", "--user", "0", "--entrypoint", "sh", "--volume", f"{name}:/v", image, "-c",
+               "chgrp 100 /v && chmod 2775 /v")
+        yield name
+    finally:
+        docker("volume", "rm", "--force", name, check=False)
+
+
+@pytest.mark.parametrize("run_as", [[], ["--user", "1000"]], ids=["image-user", "runAsUser-1000"])
+def test_what_is_saved_in_kubeflows_form_lands_on_its_volume_and_outlives_the_pod(image, form_volume, run_as):
+    options = [*KUBEFLOW_LIKE, *PLATFORM_AUTH, *run_as, "--group-add", "100", "--volume", f"{form_volume}:{FORM_HOME}"]
+    with running_container(image, options=options) as container:
+        server = access(container)
+        server.get("lab")  # sets the _xsrf cookie the writes send back
+        saved = server.request("PUT", "api/contents/from-jupyterlab.txt",
+                               json={"type": "file", "format": "text", "content": "kept\n"})
+        assert saved.status_code in (200, 201), saved.text
+        run_in_terminal(server, 'echo kept > from-terminal.txt && echo "saved""-ok"', "saved-ok")
+        assert f"workspace: {FORM_HOME}, the volume mounted there" in container.logs(), container.logs()
+    # The pod is gone; the volume is all that is left.
+    listing = docker("run", "--rm", "--entrypoint", "ls", "--volume", f"{form_volume}:/v", image, "/v").stdout.split()
+    assert {"from-jupyterlab.txt", "from-terminal.txt", "examples"} <= set(listing), listing
+
+
+def test_a_volume_at_workspace_stays_the_workspace_beside_a_home_volume(form_volume, containers, tmp_path):
+    """deploy/kubernetes/notebook.yaml's way (its claim at /workspace) wins over any home volume."""
+    container = containers(command=["sleep", "infinity"],
+                           options=["--volume", f"{tmp_path}:/workspace", "--volume", f"{form_volume}:{FORM_HOME}"])
+    container.wait_until_started()
+    settings = container.run("cat /run/container/settings.json", user="root").stdout
+    assert '"workspace": "/workspace"' in settings, settings
 
 
 @pytest.mark.parametrize("auth", [[], ["--env", "JUPYTER_AUTH="]], ids=["unset", "empty"])

@@ -35,7 +35,9 @@ if auth != "hub":  # under a hub, JUPYTERHUB_SERVICE_URL and JUPYTERHUB_SERVICE_
 c.ServerApp.open_browser = False
 # The root folder, for the server and for each contents manager Jupyter ships (a setting for a subclass
 # would otherwise win over the server's); a hub's Spawner.notebook_dir arrives as JUPYTERHUB_ROOT_DIR.
-ROOT_DIR = os.path.expanduser(os.environ.get("JUPYTERHUB_ROOT_DIR") or "/workspace") if auth == "hub" else "/workspace"
+# Elsewhere start-up's workspace: /workspace, or the volume a platform mounted as a home (start/workspace.sh).
+WORKSPACE = os.environ.get("CONTAINER_WORKSPACE") or "/workspace"
+ROOT_DIR = os.path.expanduser(os.environ.get("JUPYTERHUB_ROOT_DIR") or WORKSPACE) if auth == "hub" else WORKSPACE
 c.ServerApp.root_dir = ROOT_DIR
 for manager in ("ContentsManager", "FileContentsManager", "AsyncFileContentsManager", "LargeFileManager",
                 "AsyncLargeFileManager"):
@@ -98,7 +100,7 @@ c.AsyncIOLoopKernelManager.restarter_class = "jupyter_work_first.RestarterThatSt
 # It reads TENSORBOARD_LOGDIR, by default the whole workspace (the trainer's --tensorboard-dir lies there).
 c.ServerProxy.servers = {
     "tensorboard": {
-        "command": ["tensorboard", "--logdir", os.environ.get("TENSORBOARD_LOGDIR", "/workspace"),
+        "command": ["tensorboard", "--logdir", os.environ.get("TENSORBOARD_LOGDIR", WORKSPACE),
                     "--host", "127.0.0.1", "--port", "{port}", "--path_prefix", "{base_url}tensorboard"],
         # TensorBoard serves its pages under --path_prefix, so the proxy passes the full path on.
         "absolute_url": True,

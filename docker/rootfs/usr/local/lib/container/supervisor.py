@@ -86,7 +86,7 @@ def start_services(settings: dict[str, Any], jupyter_arguments: list[str],
         wanted.append(("ssh", settings["ssh_command"], None))
     if settings["jupyter"]:
         wanted.append(("jupyter", [*settings["as_user"], *settings["jupyter_command"], *jupyter_arguments],
-                       "/workspace"))
+                       settings["workspace"]))
     services: dict[int, str] = {}
     for name, argv, cwd in wanted:
         try:

@@ -88,6 +88,7 @@ write_resolved_settings() {
   "spawned_by_hub": $(json_bool "$SPAWNED_BY_JUPYTERHUB"),
   "user": {"name": $(json_string "$RESOLVED_USER_NAME"), "uid": $CONTAINER_UID, "gid": $CONTAINER_GID},
   "as_user": $(json_list "${AS_USER[@]}"),
+  "workspace": $(json_string "$CONTAINER_WORKSPACE"),
   "auth": $(json_string "$RESOLVED_AUTH"),
   "ssh": $(json_bool "$ENABLE_SSH"),
   "ssh_command": $(json_list "${ssh_command[@]}"),

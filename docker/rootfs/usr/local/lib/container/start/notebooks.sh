@@ -4,24 +4,23 @@
 # an empty copy (what a full disk left before) counts as missing.
 
 readonly SAMPLE_NOTEBOOKS_DIR=/opt/notebooks
-readonly WORKSPACE_EXAMPLES_DIR=/workspace/examples
 
 copy_sample_notebooks() {
-  local notebook name target partial error
-  "${AS_USER[@]}" test -w /workspace || return 0  # set_up_container_user has said why, in one line
+  local notebook name target partial error examples=$CONTAINER_WORKSPACE/examples
+  "${AS_USER[@]}" test -w "$CONTAINER_WORKSPACE" || return 0  # set_up_container_user has said why, in one line
   for notebook in "$SAMPLE_NOTEBOOKS_DIR"/*.ipynb; do
     name=$(basename "$notebook")
-    target=$WORKSPACE_EXAMPLES_DIR/$name
-    partial=$WORKSPACE_EXAMPLES_DIR/.$name.partial
+    target=$examples/$name
+    partial=$examples/.$name.partial
     [[ -L $target || -s $target ]] && continue
     # As the user, so the copy carries PUID:PGID in a bind-mounted workspace, and mv replaces a link
     # planted at the partial name instead of following it.
-    if error=$({ "${AS_USER[@]}" mkdir -p "$WORKSPACE_EXAMPLES_DIR" && "${AS_USER[@]}" cp "$notebook" "$partial" &&
+    if error=$({ "${AS_USER[@]}" mkdir -p "$examples" && "${AS_USER[@]}" cp "$notebook" "$partial" &&
                  "${AS_USER[@]}" mv -f "$partial" "$target"; } 2>&1); then
       log_info "sample notebook: $target"
     else
       "${AS_USER[@]}" rm -f "$partial" 2>/dev/null || true
-      log_warn "could not copy the sample notebook to $target; $(fix_for_write_error "$error" /workspace)"
+      log_warn "could not copy the sample notebook to $target; $(fix_for_write_error "$error" "$CONTAINER_WORKSPACE")"
     fi
   done
 }

@@ -172,6 +172,37 @@ give_unknown_uid_a_passwd_entry() {
   log_info "uid $uid is not in /etc/passwd: running as $CONTAINER_USER ($uid:$gid), whose passwd home is $home"
 }
 
+# The runtime may give the container's processes groups of their own: Kubernetes' fsGroup (which owns the
+# pod's volumes: Kubeflow's notebook form sets 100) and supplementalGroups, docker run --group-add. Root
+# has them here; dropping to the user by /etc/group alone would lose them, and with them the right to
+# write those volumes. So the user keeps them: in /etc/group too where it can be written, for SSH logins
+# and docker exec. Group 0 stays root's (OpenShift's arbitrary uids get it by their own start).
+RUNTIME_GROUPS=()
+join_the_runtimes_groups() {
+  local gid name users_own
+  users_own=" $(id -G "$CONTAINER_USER") "
+  for gid in $(id -G); do
+    if ((gid == 0)) || [[ $users_own == *" $gid "* ]]; then continue; fi
+    RUNTIME_GROUPS+=("$gid")
+    name=$(entry_field group "$gid" 1)
+    if [[ -z $name ]]; then
+      name=runtime-$gid
+      groupadd --gid "$gid" "$name" 2>/dev/null || continue
+    fi
+    usermod --append --groups "$name" "$CONTAINER_USER" 2>/dev/null || true
+  done
+  ((${#RUNTIME_GROUPS[@]} == 0)) ||
+    log_info "container user $CONTAINER_USER keeps the groups the runtime gave the container: ${RUNTIME_GROUPS[*]}"
+}
+
+# The user's groups, comma-separated, for setpriv: /etc/group's, and the runtime's even where /etc/group
+# could not be written (a read-only root).
+groups_of_the_user() {
+  local groups=()
+  read -ra groups <<<"$(id -G "$CONTAINER_USER")"
+  printf '%s\n' "${groups[@]}" "${RUNTIME_GROUPS[@]}" | sort -un | paste -sd, -
+}
+
 # Maps or names the container user, then sets what the entrypoint declared: CONTAINER_UID, CONTAINER_GID,
 # HOME/USER/LOGNAME, and AS_USER, the prefix that runs a command as that user.
 set_up_container_user() {
@@ -181,6 +212,7 @@ set_up_container_user() {
     warn_if_system_id PUID passwd
     warn_if_system_id PGID group
     remap_user_ids
+    join_the_runtimes_groups
   else
     [[ -z ${PUID:-}${PGID:-} ]] ||
       log_warn "PUID/PGID are ignored: the container was started as uid $(id -u) (--user); drop --user to use them"
@@ -206,7 +238,7 @@ set_up_container_user() {
     run_work_as_the_rootless_caller
     CONTAINER_UID=0 CONTAINER_GID=0 AS_USER=()
   elif ((EUID == 0)); then
-    AS_USER=(setpriv --reuid="$CONTAINER_UID" --regid="$CONTAINER_GID" --init-groups --)
+    AS_USER=(setpriv --reuid="$CONTAINER_UID" --regid="$CONTAINER_GID" --groups="$(groups_of_the_user)" --)
   else
     AS_USER=()
   fi
