@@ -56,6 +56,23 @@ def test_terminals_are_enabled_and_the_root_is_the_workspace(jupyter_with_token)
     assert "seen-by-jupyter.txt" in [item["name"] for item in listing["content"]]
 
 
+@pytest.mark.parametrize("family, address", [("IPv4", "127.0.0.1"), ("IPv6", "[::1]")])
+def test_jupyterlab_answers_on_ipv4_and_ipv6_alike(jupyter_with_token, family, address):
+    """IPv6-only and dual-stack clusters reach a pod by IPv6; sshd already listens on both."""
+    result = jupyter_with_token.run(f"curl --noproxy '*' -sS -o /dev/null -w '%{{http_code}}' "
+                                    f"'http://{address}:8888/api/status?token={TOKEN}'")
+    assert result.stdout == "200", f"{family}: {result.stdout} {result.stderr}"
+
+
+@pytest.mark.parametrize("proxies", [["http_proxy", "https_proxy"], ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"]],
+                         ids=["lower-case", "upper-case"])
+def test_a_proxy_in_the_environment_leaves_the_healthcheck_alone(containers, proxies):
+    """A shell behind a corporate proxy passes its proxy variables, often without no_proxy."""
+    settings = [option for name in proxies for option in ("--env", f"{name}=http://proxy.invalid:3128")]
+    container = containers(options=[*PUBLISH_JUPYTER, "--env", f"JUPYTER_TOKEN={TOKEN}", *settings])
+    container.wait_until_healthy()
+
+
 def test_the_token_is_not_repeated_in_jupyters_own_log_lines(jupyter_with_token):
     logs = jupyter_with_token.logs()
     assert TOKEN not in logs

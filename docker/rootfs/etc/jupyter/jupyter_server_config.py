@@ -27,7 +27,9 @@ else:
     if auth == "platform" and os.environ.get("JUPYTER_PLATFORM_AUTH_CHECKED") != "1":
         auth = "token"
 if auth != "hub":  # under a hub, JUPYTERHUB_SERVICE_URL and JUPYTERHUB_SERVICE_PREFIX set these
-    c.ServerApp.ip = "0.0.0.0"
+    # Every address of every family: "" binds IPv4 and IPv6 (tornado skips a family the kernel lacks), as
+    # sshd does; IPv6-only and dual-stack clusters reach pods by IPv6.
+    c.ServerApp.ip = ""
     c.ServerApp.port = int(os.environ["JUPYTER_CONTAINER_PORT"])  # set in the Dockerfile
     # Behind a reverse proxy or Kubeflow: JUPYTER_BASE_URL, or NB_PREFIX, as start-up normalized it.
     c.ServerApp.base_url = os.environ.get("JUPYTER_BASE_URL", "/")
