@@ -63,3 +63,23 @@ def test_a_home_that_cannot_be_written_leaves_torchs_default(home, monkeypatch, 
         monkeypatch.setenv("HOME", where)
     container_compile_cache.keep_compile_caches_in_the_users_cache()
     assert chosen() == (None, None)
+
+
+
+@pytest.mark.parametrize("link", [".cache", ".cache/torchinductor", ".cache/triton"])
+def test_a_cache_folder_that_is_a_link_to_nothing_leaves_torchs_default(home, monkeypatch, link):
+    """An HPC home's ~/.cache pointing at scratch that is not mounted: every compile failed there, where
+    torch's own default would have worked."""
+    monkeypatch.setattr(container_compile_cache, "fell_back", False)
+    if link != ".cache":
+        (home / ".cache").mkdir()
+    (home / link).symlink_to(home.parent / "unmounted-scratch" / link)
+    container_compile_cache.keep_compile_caches_in_the_users_cache()
+    assert chosen() == (None, None) and container_compile_cache.fell_back
+
+
+def test_a_cache_that_is_a_link_to_a_folder_is_used(home, tmp_path):
+    (tmp_path / "scratch").mkdir()
+    (home / ".cache").symlink_to(tmp_path / "scratch")
+    container_compile_cache.keep_compile_caches_in_the_users_cache()
+    assert chosen() == (f"{home}/.cache/torchinductor", f"{home}/.cache/triton")

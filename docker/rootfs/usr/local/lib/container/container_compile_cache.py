@@ -16,8 +16,10 @@ fell_back = False  # ~/.cache could not be written: torch's default stays (train
 
 
 def writable(folder: str) -> bool:
-    """Whether FOLDER can be written, or made: the first part of it that exists is writable."""
-    while not os.path.exists(folder):
+    """Whether FOLDER can be written, or made: the first part of it that exists is a writable folder. A
+    part that exists only as a name (a link to nothing: an HPC home's ~/.cache pointing at scratch that
+    is not mounted) cannot be made into a folder, so it ends the search, unwritable."""
+    while not os.path.lexists(folder):
         parent = os.path.dirname(folder)
         if parent == folder:
             return False
@@ -33,8 +35,9 @@ def keep_compile_caches_in_the_users_cache() -> None:
     if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
         return
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if not os.path.isabs(cache) or not writable(cache):
+    inductor, triton = os.path.join(cache, "torchinductor"), os.path.join(cache, "triton")
+    if not os.path.isabs(cache) or not writable(inductor) or not writable(triton):
         fell_back = True
         return
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "torchinductor")
-    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(cache, "triton"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor
+    os.environ.setdefault("TRITON_CACHE_DIR", triton)
