@@ -73,6 +73,27 @@ def test_a_proxy_in_the_environment_leaves_the_healthcheck_alone(containers, pro
     container.wait_until_healthy()
 
 
+@pytest.mark.parametrize("arguments", [["--ServerApp.base_url=/test/"], ["--ServerApp.base_url", "/test"]],
+                         ids=["joined", "apart"])
+def test_a_base_url_among_jupyterlabs_arguments_is_the_one_probed_and_shown(containers, arguments):
+    """README: arguments after start-services go to JupyterLab. Its base URL must reach the healthcheck
+    and the start line too (before: the probe asked /, and the container never turned healthy)."""
+    container = containers(command=["start-services", *arguments],
+                           options=[*PUBLISH_JUPYTER, "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    container.wait_until_healthy()
+    assert "JupyterLab is up at http://127.0.0.1:8888/test/" in container.logs(), container.logs()
+    url = f"http://127.0.0.1:{container.published_port(8888)}/test/api/status"
+    assert requests.get(url, params={"token": TOKEN}, timeout=HTTP_TIMEOUT_S).status_code == 200
+
+
+def test_a_base_url_argument_that_disagrees_with_the_setting_stops_the_start_with_one_line(image):
+    result = run_container_to_completion(image, command=["start-services", "--ServerApp.base_url=/a/"],
+                                         options=["--env", "ENABLE_SSH=0", "--env", "JUPYTER_BASE_URL=/b/"])
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert "JUPYTER_BASE_URL=/b/ and JupyterLab's argument --ServerApp.base_url /a/ disagree" in errors[0], errors
+
+
 def test_the_token_is_not_repeated_in_jupyters_own_log_lines(jupyter_with_token):
     logs = jupyter_with_token.logs()
     assert TOKEN not in logs

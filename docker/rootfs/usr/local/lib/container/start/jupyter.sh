@@ -63,6 +63,27 @@ check_jupyter_token() {
     fatal "JUPYTER_TOKEN has ${#JUPYTER_TOKEN} characters, too few to be secret; use at least $MIN_JUPYTER_TOKEN_LENGTH (openssl rand -hex 24), or leave it empty to get one"
 }
 
+# `start-services ARGS` hands ARGS to JupyterLab, and one of them may be its base URL, which the healthcheck
+# and the start line must know too: taken out of the arguments, it becomes JUPYTER_BASE_URL, checked as
+# that is. (A hub's arguments are the hub's: under a hub the base URL is the hub's to give.)
+take_the_base_url_from_jupyters_arguments() {
+  local i=0 argument value="" kept=()
+  while ((i < ${#JUPYTER_EXTRA_ARGS[@]})); do
+    argument=${JUPYTER_EXTRA_ARGS[i]}
+    i=$((i + 1))
+    case $argument in
+      --ServerApp.base_url=* | --NotebookApp.base_url=*) value=${argument#*=} ;;
+      --ServerApp.base_url | --NotebookApp.base_url) value=${JUPYTER_EXTRA_ARGS[i]:-} i=$((i + 1)) ;;
+      *) kept+=("$argument"); continue ;;
+    esac
+    if [[ -n ${JUPYTER_BASE_URL:-} && ${JUPYTER_BASE_URL%/} != "${value%/}" ]]; then
+      fatal "JUPYTER_BASE_URL=$JUPYTER_BASE_URL and JupyterLab's argument ${argument%%=*} $value disagree; set only one of them"
+    fi
+    JUPYTER_BASE_URL=$value
+  done
+  JUPYTER_EXTRA_ARGS=(${kept[@]+"${kept[@]}"})
+}
+
 # Prints the base URL, with a slash at either end, from JUPYTER_BASE_URL or NB_PREFIX (Kubeflow's).
 read_jupyter_base_url() {
   local base=${JUPYTER_BASE_URL:-} prefix=${NB_PREFIX:-}
@@ -154,6 +175,7 @@ use_jupyters_own_authentication() {
 }
 
 prepare_jupyter_auth() {
+  ((SPAWNED_BY_JUPYTERHUB)) || take_the_base_url_from_jupyters_arguments
   JUPYTER_BASE_URL=$(read_jupyter_base_url) || exit_after_its_line
   JUPYTER_AUTH=${JUPYTER_AUTH:-token}
   if ((SPAWNED_BY_JUPYTERHUB)); then
