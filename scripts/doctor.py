@@ -553,10 +553,25 @@ def site_packages_folders() -> list[str]:
     return [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
 
 
-def platform_verdict(arch: str, page_size: int, sensitive: dict[str, str]) -> Result:
-    """The platform check: the CPU architecture and page size, and what a page size over 4 KiB breaks."""
-    data = {"arch": arch, "page_size": page_size, "page_size_sensitive": sensitive}
-    finding = f"{arch}, {human_bytes(page_size)} pages"
+# NVIDIA's superchips pair a Grace CPU (arm64) with their GPUs; nvidia-smi names the GPU after the pair.
+GRACE_NODES = {"GH200": "Grace Hopper", "GB200": "Grace Blackwell", "GB300": "Grace Blackwell"}
+
+
+def grace_node(arch: str, gpu_names: Iterable[str]) -> str:
+    """'a Grace Hopper node (GH200)' where an arm64 host's GPUs say so, else ''."""
+    if arch != "aarch64":
+        return ""
+    for model, family in GRACE_NODES.items():
+        if any(model in name for name in gpu_names):
+            return f"a {family} node ({model})"
+    return ""
+
+
+def platform_verdict(arch: str, page_size: int, sensitive: dict[str, str], node: str = "") -> Result:
+    """The platform check: the CPU architecture and page size, the kind of node where nvidia-smi tells it,
+    and what a page size over 4 KiB breaks."""
+    data = {"arch": arch, "page_size": page_size, "page_size_sensitive": sensitive, "node": node}
+    finding = f"{arch}, {human_bytes(page_size)} pages" + (f", {node}" if node else "")
     if page_size > 4096 and sensitive:
         listing = "; ".join(f"{path}: {why}" for path, why in sensitive.items())
         return Result("platform", WARN, f"{finding}: {listing}",
@@ -566,8 +581,10 @@ def platform_verdict(arch: str, page_size: int, sensitive: dict[str, str]) -> Re
 
 
 def check_platform(machine: Machine) -> Result:
-    page_size = os.sysconf("SC_PAGE_SIZE")
-    return platform_verdict(platform.machine(), page_size, page_size_sensitive_libraries() if page_size > 4096 else {})
+    page_size, arch = os.sysconf("SC_PAGE_SIZE"), platform.machine()
+    node = grace_node(arch, [gpu.name for gpu in machine.smi().gpus]) if arch == "aarch64" else ""
+    return platform_verdict(arch, page_size, page_size_sensitive_libraries() if page_size > 4096 else {}, node)
+
 
 def bench_error(output: str) -> str:
     """The benchmark's own one-line error from torchrun's output, else its last line."""

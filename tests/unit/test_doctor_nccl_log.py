@@ -196,3 +196,16 @@ def test_the_platform_check_reports_the_page_size_and_warns_where_large_pages_br
     assert result.finding.startswith(f"aarch64, {doctor.human_bytes(page_size)} pages")
     if status == doctor.WARN:
         assert "libjemalloc.so.2" in result.finding and "--with-lg-page=16" in result.fix
+
+
+@pytest.mark.parametrize("arch, names, node", [
+    ("aarch64", ["NVIDIA GH200 480GB"], "a Grace Hopper node (GH200)"),
+    ("aarch64", ["NVIDIA GB200", "NVIDIA GB200"], "a Grace Blackwell node (GB200)"),
+    ("aarch64", ["NVIDIA H100 80GB HBM3"], ""),   # an arm64 server with PCIe GPUs
+    ("aarch64", [], ""),                           # a Mac's Docker Desktop: no GPU
+    ("x86_64", ["NVIDIA GH200 480GB"], ""),
+])
+def test_the_platform_check_names_a_grace_node_where_nvidia_smi_says_so(arch, names, node):
+    assert doctor.grace_node(arch, names) == node
+    finding = doctor.platform_verdict(arch, 65536, {}, node).finding
+    assert finding == f"{arch}, 64 KiB pages" + (f", {node}" if node else "")
