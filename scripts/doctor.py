@@ -582,7 +582,7 @@ def platform_verdict(arch: str, page_size: int, sensitive: dict[str, str], node:
 
 def check_platform(machine: Machine) -> Result:
     page_size, arch = os.sysconf("SC_PAGE_SIZE"), platform.machine()
-    node = grace_node(arch, [gpu.name for gpu in machine.smi().gpus]) if arch == "aarch64" else ""
+    node = grace_node(arch, [gpu.name for gpu in machine.smi.gpus]) if arch == "aarch64" else ""
     return platform_verdict(arch, page_size, page_size_sensitive_libraries() if page_size > 4096 else {}, node)
 
 
