@@ -10,6 +10,10 @@ SHELL := /bin/bash
 
 FLAVOR ?= gpu
 IMAGE ?= pytorch-dev
+# PLATFORM=linux/arm64 (or linux/amd64) builds that platform's image: natively on a host of that kind,
+# under QEMU emulation elsewhere (docs/building.md, "arm64: Apple Silicon and Grace"). Empty: the engine's own.
+PLATFORM ?=
+PLATFORM_ARG = $(if $(PLATFORM),--platform $(PLATFORM))
 # VSCODE=1: the -vscode variant, with VS Code in the browser behind JupyterLab's login (docs/editors.md).
 VSCODE ?=
 VSCODE_SUFFIX := $(if $(filter 1,$(VSCODE)),-vscode)
@@ -67,7 +71,7 @@ TORCH_OF_FLAVORS = torch: CPU flavor $(TORCH_VERSION), GPU flavor $(NGC_TORCH_VE
 .PHONY: help
 help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables: FLAVOR=gpu|cpu VSCODE=1 IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE UP_WAIT_S"
+	@echo "Variables: FLAVOR=gpu|cpu PLATFORM ARM64_BASE_IMAGE ARM64_WHEELHOUSE ARM64_TORCH_VERSION VSCODE=1 IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE UP_WAIT_S"
 	@echo "Versions (Dockerfile defaults): NGC_TAG=$(NGC_TAG) TORCH_VERSION=$(TORCH_VERSION) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE)"
 	@echo "$(TORCH_OF_FLAVORS)"
 
@@ -92,7 +96,7 @@ build: check-wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu:
 	  echo "RELEASE=1 pins the base by digest, but $(BASE_REF) has none here: docker pull $(BASE_REF), or set BASE_DIGEST=sha256:..." >&2; exit 2; fi
 	@docker image inspect $(BASE_REF) >/dev/null 2>&1 || docker pull --quiet $(BASE_REF) >/dev/null 2>&1 || { \
 	  echo "the base $(BASE_REF) cannot be pulled: check the tag exists$(if $(filter gpu,$(FLAVOR)), (NGC_TAG=$(NGC_TAG); NGC's release notes list them) and docker login nvcr.io where your org needs it, or pass NGC_TAG=YY.MM-py3)" >&2; exit 2; }
-	docker build --file Dockerfile --tag $(IMAGE_REF) $(BUILD_ARGS) $(WHEELHOUSE_CONTEXT) \
+	docker build --file Dockerfile --tag $(IMAGE_REF) $(PLATFORM_ARG) $(BUILD_ARGS) $(WHEELHOUSE_CONTEXT) \
 	  --build-arg SOURCE_URL="$$(git config --get remote.origin.url || true)" \
 	  --build-arg REVISION="$$(git rev-parse HEAD 2>/dev/null || true)" \
 	  --build-arg CREATED="$$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
@@ -104,8 +108,9 @@ build: check-wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu:
 
 .PHONY: lock
 lock: check-wheelhouse ## Pin docker/python/requirements.txt with hashes for FLAVOR, resolved inside its base image
-	docker build --file Dockerfile --target base-$(FLAVOR) --tag $(IMAGE):base-$(FLAVOR) $(BUILD_ARGS) $(WHEELHOUSE_CONTEXT) .
-	docker run --rm --user 0 --entrypoint bash --env LOCK_OWNER=$$(id -u):$$(id -g) \
+	docker build --file Dockerfile --target base-$(FLAVOR) --tag $(IMAGE):base-$(FLAVOR) $(WHEELHOUSE_CONTEXT) \
+	  $(PLATFORM_ARG) $(BUILD_ARGS) .
+	docker run --rm $(PLATFORM_ARG) --user 0 --entrypoint bash --env LOCK_OWNER=$$(id -u):$$(id -g) \
 	  --env PIP_INDEX_URL=$(PIP_INDEX_URL) --volume "$(CURDIR)/docker:/docker" \
 	  $(if $(CA_BUNDLE),--volume "$(abspath $(CA_BUNDLE)):/run/secrets/ca_bundle:ro") \
 	  $(IMAGE):base-$(FLAVOR) /docker/python/lock.sh $(FLAVOR)
@@ -113,6 +118,7 @@ lock: check-wheelhouse ## Pin docker/python/requirements.txt with hashes for FLA
 .PHONY: ngc-standin
 ngc-standin: check-wheelhouse ## Build the NGC stand-in (tests/ngc_standin) and tag it as nvcr.io/nvidia/pytorch:$(NGC_TAG)
 	docker build --file tests/ngc_standin/Dockerfile --tag nvcr.io/nvidia/pytorch:$(NGC_TAG) $(WHEELHOUSE_CONTEXT) \
+	  $(PLATFORM_ARG) \
 	  --build-arg TORCH_VERSION=$(TORCH_VERSION) \
 	  $(if $(CA_BUNDLE),--secret id=ca_bundle$(,)src=$(CA_BUNDLE)) \
 	  .
@@ -323,7 +329,31 @@ bench-build: ## Time a cold build and a trainer-edit rebuild, size our layers (B
 
 .PHONY: ci-prerequisites
 ci-prerequisites: ## Install everything the suites need beyond the checkout (.ci/install-prerequisites.sh; as root, or with sudo)
-	$(if $(filter 0,$(shell id -u)),,sudo) bash .ci/install-prerequisites.sh
+	$(if $(filter 0,$(shell id -u)),,sudo) env $(ARM64_SETTINGS) bash .ci/install-prerequisites.sh
+
+# The arm64 leg where no arm64 machine or registry is (CI's amd64 machines): emulation, an offline arm64
+# base under a name of its own, and the newest CPU-only aarch64 torch the package index serves, in a
+# wheelhouse (.ci/prepare-arm64.sh). On an arm host none of this is needed: `make test-arm64` there
+# builds natively on debian:bookworm-slim with the pinned torch from the CPU index.
+ARM64_BASE_IMAGE ?= debian-arm64:bookworm-slim
+ARM64_WHEELHOUSE ?= /var/cache/pytorch-dev/wheels-arm64
+ARM64_TORCH_VERSION ?= 2.10.0
+ARM64_TAG := cpu-latest-arm64
+ARM64_SETTINGS = ARM64_BASE_IMAGE=$(ARM64_BASE_IMAGE) ARM64_WHEELHOUSE=$(ARM64_WHEELHOUSE) ARM64_TORCH_VERSION=$(ARM64_TORCH_VERSION)
+# What make test-arm64 builds with on a host that is not arm64, prepared by arm64-prerequisites.
+ARM64_EMULATED_BUILD = $(if $(filter aarch64 arm64,$(shell uname -m)),,CPU_BASE_IMAGE=$(ARM64_BASE_IMAGE) \
+  WHEELHOUSE=$(ARM64_WHEELHOUSE) TORCH_VERSION=$(ARM64_TORCH_VERSION))
+
+.PHONY: arm64-prerequisites
+arm64-prerequisites: ## QEMU emulation, an offline arm64 base and an aarch64 torch wheel, for the arm64 leg on amd64 (as root)
+	$(if $(filter 0,$(shell id -u)),,sudo) env $(ARM64_SETTINGS) bash .ci/prepare-arm64.sh
+
+.PHONY: test-arm64
+test-arm64: $(TEST_VENV) ## Build the CPU flavor for linux/arm64 (emulated on amd64) and run the arm64 smoke tier
+	$(MAKE) build FLAVOR=cpu PLATFORM=linux/arm64 TAG=$(ARM64_TAG) $(ARM64_EMULATED_BUILD)
+	IMAGE_UNDER_TEST=$(IMAGE):$(ARM64_TAG) IMAGE_FLAVOR=cpu \
+	  $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=10 \
+	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/arm64.xml) tests/arm64 $(PYTEST_ARGS)
 
 .PHONY: ci-registry
 ci-registry: ## Install Debian's docker-registry, which the release tests push to (as root, or with sudo)

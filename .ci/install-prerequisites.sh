@@ -28,6 +28,8 @@ else
   bash "$HERE/prepare-machine.sh"
   # cosign 2.x, for the signing and verification tests (tests/release/test_release_signing.py).
   bash "$HERE/install-cosign.sh"
+  # The arm64 leg (make test-arm64): QEMU, an offline arm64 base, an aarch64 torch (the Makefile's ARM64_*).
+  bash "$HERE/prepare-arm64.sh"
 fi
 bash "$HERE/install-registry.sh"
 bash "$HERE/install-slurm.sh"

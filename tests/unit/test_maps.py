@@ -13,7 +13,9 @@ import yaml
 
 from tests.support import REPO_ROOT
 
-NOT_SUITES = {"support", "unit"}  # helpers, and the tier `make test-unit` runs before the build
+# helpers, the tier `make test-unit` runs before the build, and the arm64 smoke tier `make test-arm64` runs
+# on the arm64 image (docs/testing.md)
+NOT_SUITES = {"support", "unit", "arm64"}
 DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 # Files whose comments send readers to docs and files; their named paths must exist too.
 POINTERS = [REPO_ROOT / name for name in ("Makefile", "Dockerfile", ".env.example", "BENCHMARKS.md")]
