@@ -18,8 +18,9 @@ from tests.support.runtime_rules import (TRAIN, checkpoints, enroot_flags, make_
 pytestmark = pytest.mark.tier("landing")
 
 # What start-up may set that a job does not need: who the user is, and the start-up's own switches.
+# CONTAINER_WORKSPACE: where start-up found the user's work kept, for JupyterLab, which a job does not run.
 START_UP_ONLY = {"HOME", "USER", "LOGNAME", "HOSTNAME", "CONTAINER_MODE", "PWD", "SHLVL", "_",
-                 "LD_PRELOAD", "NSS_WRAPPER_PASSWD", "NSS_WRAPPER_GROUP"}
+                 "LD_PRELOAD", "NSS_WRAPPER_PASSWD", "NSS_WRAPPER_GROUP", "CONTAINER_WORKSPACE"}
 
 
 def test_enroot_pyxis_and_apptainer_exec_train_two_ranks_into_the_home_with_the_images_torch(image, tmp_path):

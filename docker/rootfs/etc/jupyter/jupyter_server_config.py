@@ -12,6 +12,7 @@ settings made here, among them every one that decides who gets in and what the s
 whatever another config on the path says (NGC's in /usr/local/etc/jupyter, an extension's, a derived
 image's). Settings this file does not make stay theirs to make.
 """
+import logging
 import os
 import sys
 
@@ -28,8 +29,14 @@ else:
         auth = "token"
 if auth != "hub":  # under a hub, JUPYTERHUB_SERVICE_URL and JUPYTERHUB_SERVICE_PREFIX set these
     # Every address of every family: "" binds IPv4 and IPv6 (tornado skips a family the kernel lacks), as
-    # sshd does; IPv6-only and dual-stack clusters reach pods by IPv6.
+    # sshd does; IPv6-only and dual-stack clusters reach pods by IPv6. ("::" alone would be IPv6 only:
+    # tornado sets IPV6_V6ONLY.)
     c.ServerApp.ip = ""
+    # For "" (not for "0.0.0.0", which listened as widely) Jupyter warns that the server listens on all
+    # addresses without TLS. That is this image's design: a token or password always, TLS at the proxy
+    # in front (docs/reverse-proxy.md), so the line would only teach users to ignore warnings.
+    logging.getLogger("ServerApp").addFilter(
+        lambda record: "is listening on all IP addresses" not in record.getMessage())
     c.ServerApp.port = int(os.environ["JUPYTER_CONTAINER_PORT"])  # set in the Dockerfile
     # Behind a reverse proxy or Kubeflow: JUPYTER_BASE_URL, or NB_PREFIX, as start-up normalized it.
     c.ServerApp.base_url = os.environ.get("JUPYTER_BASE_URL", "/")
