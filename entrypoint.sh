@@ -49,6 +49,10 @@ set -o errtrace  # the ERR trap in every function of the steps, where the failur
 trap 'FAILED_COMMAND="\`$BASH_COMMAND\` (${BASH_SOURCE[0]#/usr/local/lib/container/}, line $LINENO)"' ERR
 trap 'report_how_start_up_ended $?' EXIT
 
+# The entrypoint named again as the command (docker-stacks' tests and some platforms run
+# `IMAGE /usr/local/bin/entrypoint.sh CMD`): it is already running, so its name is dropped, never run twice.
+while [[ ${1-} == @(/usr/local/bin/entrypoint.sh|entrypoint.sh) ]]; do shift; done
+
 # Everything the steps share is declared here, and only here.
 JUPYTER_EXTRA_ARGS=()
 # A hub that names its own command (DockerSpawner's cmd, z2jh's default) starts jupyterhub-singleuser

@@ -114,6 +114,17 @@ def test_a_step_that_fails_unexpectedly_still_ends_start_up_with_one_line_naming
         in errors[0] and "report it" in errors[0], errors
 
 
+@pytest.mark.parametrize("named", [["/usr/local/bin/entrypoint.sh"], ["entrypoint.sh", "/usr/local/bin/entrypoint.sh"]],
+                         ids=["by-path", "twice"])
+def test_the_entrypoint_named_again_as_the_command_runs_the_command_once(image, named):
+    """docker-stacks' tests and some platforms put the entrypoint before the command themselves (before:
+    exit 1 and three raw `rm: cannot remove` lines from a second start-up as the user)."""
+    result = run_container_to_completion(image, command=[*named, "bash", "-c", "id -un; exit 5"])
+    assert result.returncode == 5 and result.stdout.split() == ["dev"], result.stdout + result.stderr
+    assert "rm: cannot remove" not in result.stderr and error_lines(result.stderr) == [], result.stderr
+    assert result.stderr.count("[start] command;") == 1, result.stderr
+
+
 @pytest.mark.parametrize("variable, value, message", [
     ("PUID", "abc", "PUID='abc' is not a numeric id"),
     ("PGID", "1000x", "PGID='1000x' is not a numeric id"),
@@ -223,6 +234,23 @@ def test_a_limited_memlock_is_warned_about_only_where_rdma_devices_are(image):
     assert len(warnings) == 1 and "--ulimit memlock=-1" in warnings[0], with_rdma.stderr
     without_rdma = run_container_to_completion(image, command=["true"], options=limited)
     assert "memlock" not in without_rdma.stderr, without_rdma.stderr
+
+
+def test_a_stranger_uid_in_group_0_gets_a_home_of_its_own_not_the_users(containers):
+    """`docker exec --user 54321` (group 0) could write the image's group-0 home, and its caches there,
+    mode 755, then kept dev's torch.compile and user-packages out (also on a kept cache volume)."""
+    container = containers(command=["sleep", "infinity"], options=["--shm-size=1g"])
+    container.wait_until_started()
+    assert container.run("bash -lc 'echo $HOME'", user="54321").stdout.split()[-1] == "/tmp/home-54321"
+    assert container.run("find ~ -user 54321 | head -3").stdout == ""
+    assert container.run("bash -lc 'echo $HOME'").stdout.split()[-1] == "/home/dev"
+
+
+def test_the_uid_the_work_runs_as_keeps_the_shared_home_in_its_exec_sessions(containers):
+    """OpenShift's way: an arbitrary uid in group 0 runs the container, and `oc exec` comes as that uid."""
+    container = containers(command=["sleep", "infinity"], options=["--user", "1000650000:0", "--shm-size=1g"])
+    container.wait_until_started()
+    assert container.run("bash -lc 'echo $HOME'", user="1000650000:0").stdout.split()[-1] == "/home/dev"
 
 
 def test_a_login_shell_of_docker_exec_under_any_uid_gets_its_writable_home(containers):
