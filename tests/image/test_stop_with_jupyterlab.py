@@ -155,11 +155,18 @@ def test_work_still_running_when_file_shut_down_closed_its_terminal_is_named(con
     assert "stopped cleanly" not in logs and "not cleanly" in last_line(logs), logs[-3000:]
 
 
-def test_a_nohup_job_outlives_its_terminal_being_shut_down(containers):
+SLEEPER = "nohup python3 -c 'import time; time.sleep(600)' >/dev/null 2>&1"
+
+
+# Bare, and behind a list, a group and a subshell, which bash runs in a subshell of its own: the job's top
+# then does not ignore SIGHUP, but the nohup below it does (round 8, medium 1: it got SIGTERM first).
+@pytest.mark.parametrize("typed", [f"{SLEEPER} &", f"cd /tmp && {SLEEPER} &", f"{{ {SLEEPER}; }} &",
+                                   f"( {SLEEPER} ) &"], ids=["bare", "list", "group", "subshell"])
+def test_a_nohup_job_outlives_its_terminal_being_shut_down(containers, typed):
     """A job the user kept from the hang-up (`nohup ... &`) keeps running when its terminal closes, as it
     did before the terminal's work was stopped first."""
     container, access = jupyterlab(containers)
-    type_into_a_terminal(access, "nohup python3 -c 'import time; time.sleep(600)' >/dev/null 2>&1 &")
+    type_into_a_terminal(access, typed)
     wait_until(lambda: "time.sleep(600)" in container.run("ps -eo args").stdout, SETTLES_S)
     (terminal,) = access.get("api/terminals").json()
     assert access.request("DELETE", f"api/terminals/{terminal['name']}").status_code == 204

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from stop_policy import (READER_DRAIN_S, Container, Ended, Process, Progress, drain, kernel_close, look,
                          lost_with_a_holder, may_have_been_lost, terminal_close)
-from tests.unit.test_stop_policy import CONTAINER, KERNEL, SUPERVISOR, TORCHRUN, python, shell, table
+from tests.unit.helpers.process_tables import CONTAINER, KERNEL, SUPERVISOR, TORCHRUN, python, shell, table
 
 
 def test_each_look_signals_only_what_no_earlier_look_did_and_never_a_known_top_itself():
@@ -91,6 +91,19 @@ def test_a_nohup_or_setsid_job_outlives_its_terminals_close():
     assert terminal_close(setsid, 30, ignores_hangup=lambda pid: False) == ((), ())
     both = terminal(30, python(31, 30, session=31), python(32, 30, session=30))
     assert terminal_close(both, 30, ignores_hangup=lambda pid: False) == ((32,), (32,))
+
+
+def test_a_nohup_below_a_jobs_subshell_outlives_its_terminals_close():
+    """`cd DIR && nohup CMD &`, `{ nohup CMD; } &` and `( nohup CMD ) &` run in a subshell (31), the job's
+    top, which does not ignore SIGHUP; the trainer below it (32) does, and so does torchrun's worker (33)
+    below a nohup'd torchrun. The hang-up ends the subshell alone (before: 32 got SIGTERM first)."""
+    subshell = Process(31, 30, "bash", "bash", session=30)
+    under_nohup = terminal(30, subshell, python(32, 31, session=30))
+    assert terminal_close(under_nohup, 30, ignores_hangup={32}.__contains__) == ((), ())
+    torchrun = terminal(30, subshell, python(32, 31, TORCHRUN, "torchrun", session=30), python(33, 32, session=30))
+    assert terminal_close(torchrun, 30, ignores_hangup={32, 33}.__contains__) == ((), ())
+    without_nohup = terminal(30, subshell, python(32, 31, session=30))
+    assert terminal_close(without_nohup, 30, ignores_hangup=lambda pid: False) == ((32,), (31,))
 
 
 def test_a_busy_kernels_shutdown_signals_its_cells_programs_and_itself_only_where_its_cell_handles_sigterm():

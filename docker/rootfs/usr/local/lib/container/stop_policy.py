@@ -351,12 +351,28 @@ def terminal_close(table: Table, shell: int, ignores_hangup: Callable[[int], boo
     SHELL, what belongs to a job the close's hang-up would reach (a child of the shell in its session that
     does not ignore SIGHUP; torchrun passes it on to its workers, whatever their session); and those jobs
     themselves, whose launcher (torchrun, after its workers saved) would die of the hang-up if the terminal
-    closed before it exited. A `nohup` or `setsid` job outlives the terminal, as it always did."""
+    closed before it exited. A `nohup` or `setsid` job outlives the terminal, as it always did, and so does
+    a `nohup` below a job's subshell (`cd DIR && nohup CMD &`, `( nohup CMD ) &`): the hang-up ends the
+    subshell, which does not ignore it, and never reaches what ignores it (reached_by_the_hang_up)."""
     jobs = {pid for pid, process in table.items()
             if process.parent == shell and process.session == shell and not ignores_hangup(pid)}
     first = look(table, Container.below(shell)).signal
-    signalled = tuple(pid for pid in first if pid in jobs or any(descends_from(table, pid, job) for job in jobs))
+    signalled = tuple(pid for pid in first
+                      if any(reached_by_the_hang_up(table, pid, job, ignores_hangup) for job in jobs))
     return signalled, tuple(sorted(jobs)) if signalled else ()
+
+
+def reached_by_the_hang_up(table: Table, pid: int, job: int, ignores_hangup: Callable[[int], bool]) -> bool:
+    """Whether a terminal's hang-up to JOB (a child of its shell that does not ignore SIGHUP) ends PID:
+    PID is the job or below it, and neither PID nor any process between it and the job ignores SIGHUP
+    (what `nohup` started, and what that started, inherit its SIG_IGN)."""
+    if pid != job and not descends_from(table, pid, job):
+        return False
+    while pid != job:
+        if ignores_hangup(pid):
+            return False
+        pid = table[pid].parent
+    return True
 
 
 def kernel_close(table: Table, server: int, kernel: int, handles_sigterm: bool) -> tuple[int, ...]:
