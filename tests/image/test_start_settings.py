@@ -33,6 +33,14 @@ def test_a_stop_timeout_past_compose_grace_period_is_warned_about(image):
     assert "STOP_TIMEOUT=30 is not below the engine's grace period" in result.stderr, result.stderr
 
 
+def test_a_stop_timeout_of_0_is_accepted_with_one_warning_line(image):
+    """Round 8: accepted without a word, after which every stop said "not cleanly"."""
+    result = run_container_to_completion(image, command=["true"], options=["--env", "STOP_TIMEOUT=0"])
+    warnings = [line for line in result.stderr.splitlines() if "STOP_TIMEOUT" in line]
+    assert result.returncode == 0 and len(warnings) == 1, result.stderr
+    assert "STOP_TIMEOUT=0 gives your work no time to save" in warnings[0], result.stderr
+
+
 @pytest.mark.parametrize("variable, owner", [("PUID", "user 'nobody'"), ("PGID", "group 'nogroup'")])
 def test_nobodys_id_is_accepted_with_the_warning_other_system_ids_get(image, variable, owner):
     result = run_container_to_completion(image, command=["id"], options=["--shm-size=1g", "--env", f"{variable}=65534"])

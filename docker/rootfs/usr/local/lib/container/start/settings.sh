@@ -14,7 +14,10 @@ check_stop_timeout() {
   [[ -n $value ]] || return 0
   [[ $value =~ $SECONDS_PATTERN ]] ||
     fatal "STOP_TIMEOUT='$value' is not a number of seconds; set it to a whole number such as 25"
-  if ((value >= COMPOSE_GRACE_S)); then
+  if ((value == 0)); then
+    log_warn "STOP_TIMEOUT=0 gives your work no time to save when the container stops: every stop with work" \
+             "running ends 'not cleanly'; leave it unset (25 s) unless you mean that"
+  elif ((value >= COMPOSE_GRACE_S)); then
     log_warn "STOP_TIMEOUT=$value is not below the engine's grace period (compose: 30 s, docker stop: 10 s):" \
              "your work is SIGKILLed before it saves; raise stop_grace_period (docker stop -t) above it too"
   fi
