@@ -1,4 +1,8 @@
-"""The all-reduce benchmark's arithmetic and flag types (scripts/bench_allreduce.py)."""
+"""The all-reduce benchmark's arithmetic and flag types (scripts/bench_allreduce.py); tests/image/
+test_bench_allreduce.py runs the benchmark itself.
+
+    make test-unit PYTEST_ARGS=tests/unit/test_allreduce_arithmetic.py
+"""
 from __future__ import annotations
 
 import argparse

@@ -307,3 +307,12 @@ def test_a_docs_compose_up_sets_every_variable_its_file_requires(doc: str) -> No
         path = compose_file if (REPO_ROOT / compose_file).exists() else str(Path(doc).parent / compose_file)
         missing = {name for name in required_variables(path) if not re.search(rf"\b{name}=", block)}
         assert not missing, f"{doc}: the block that starts {compose_file} never sets {sorted(missing)}"
+
+
+def test_no_two_test_files_share_a_name() -> None:
+    """A name says where a test is: `pytest -k`, a CI summary and a reader's search find one file."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted((REPO_ROOT / "tests").rglob("test_*.py")):
+        by_name.setdefault(path.name, []).append(str(path.relative_to(REPO_ROOT)))
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not shared, f"test files that share a name; rename one of each: {shared}"

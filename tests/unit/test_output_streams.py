@@ -2,7 +2,7 @@
 the first failed write is noted once on whatever still works, later lines are dropped, and the program
 goes on and exits as it would have.
 
-    make test-unit PYTEST_ARGS=tests/unit/test_lost_output.py
+    make test-unit PYTEST_ARGS=tests/unit/test_output_streams.py
 
 tests/trainer/test_lost_output.py does the same to a real training run under torchrun, then stops it.
 """

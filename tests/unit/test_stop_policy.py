@@ -14,27 +14,7 @@ import pytest
 from stop_policy import (READER_DRAIN_S, Container, Ended, Process, asked_by_a_service, everything_left,
                          lost_with_a_holder, plan_signals, readers_to_signal, rescan, sent_from_inside, shells,
                          signal_meaning, user_work)
-
-SUPERVISOR = 7
-CONTAINER = Container(supervisor=SUPERVISOR, services=frozenset({10, 20}))
-TORCHRUN = "/opt/venv/bin/python3 /opt/venv/bin/torchrun --standalone --nproc-per-node=2 /opt/scripts/train_ddp.py"
-TRAINER = "/opt/venv/bin/python3 /opt/scripts/train_ddp.py --max-steps 100"
-
-
-def table(*processes: Process) -> dict[int, Process]:
-    """The table with PID 1 (tini), the supervisor, sshd (10, a service) and JupyterLab (20) in it."""
-    base = [Process(1, 0, "tini", "tini"), Process(SUPERVISOR, 1, "python3", "python3.11"),
-            Process(10, SUPERVISOR, "sshd", "sshd"),
-            Process(20, SUPERVISOR, "jupyter-lab", "python3.11", "python3 /opt/venv/bin/jupyter-lab")]
-    return {process.pid: process for process in [*base, *processes]}
-
-
-def shell(pid: int, parent: int, **fields) -> Process:
-    return Process(pid, parent, "bash", "bash", **fields)
-
-
-def python(pid: int, parent: int, command: str = TRAINER, name: str = "python3", **fields) -> Process:
-    return Process(pid, parent, name, "python3.11", command, **fields)
+from tests.unit.helpers.process_tables import CONTAINER, KERNEL, SUPERVISOR, TORCHRUN, python, shell, table
 
 
 def test_the_top_of_work_in_a_shell_is_signalled_not_the_shell_nor_what_runs_below_it():
@@ -48,9 +28,6 @@ def test_docker_exec_work_and_a_notebook_kernels_child_are_tops():
     kernel = python(21, 20, "python3 -m ipykernel_launcher -f kernel.json")
     processes = table(python(30, 0), kernel, Process(22, 21, "sh", "dash"), python(23, 22))
     assert sorted(plan_signals(processes, CONTAINER).signal) == [23, 30]
-
-
-KERNEL = "/home/dev/.cache/user-packages/venv/bin/python -m ipykernel_launcher -f /home/dev/kernel-1.json"
 
 
 def test_a_notebook_kernel_with_nothing_below_it_is_work_signalled_in_step_1():
