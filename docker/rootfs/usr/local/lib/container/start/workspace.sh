@@ -12,8 +12,8 @@ resolve_workspace() {
   local homes=()
   CONTAINER_WORKSPACE=/workspace
   mountpoint -q /workspace && return 0
-  # Field 5 of mountinfo is the mount point, field 9 (after the "-") the file system type; a space in a
-  # name is written \040, which a /home/NAME of Kubeflow's never has.
+  # In mountinfo, field 5 is the mount point and the field after the lone "-" the file system type; a
+  # space in a name is written \040, which a /home/NAME of Kubeflow's never has.
   mapfile -t homes < <(awk -v own="/home/$CONTAINER_USER" '
     { for (i = 7; $i != "-"; i++) ; type = $(i + 1) }
     $5 ~ "^/home/[^/]+$" && $5 != own && type != "tmpfs" { print $5 }' /proc/self/mountinfo | sort -u)
