@@ -12,6 +12,8 @@ for setting in ARM64_BASE_IMAGE ARM64_WHEELHOUSE ARM64_TORCH_VERSION; do
   [[ -n ${!setting:-} ]] || { echo "[prepare-arm64] $setting is not set: run make arm64-prerequisites" >&2; exit 2; }
 done
 log() { echo "[prepare-arm64] $*"; }
+# shellcheck source=.ci/debian-base.sh
+source "$(dirname "$0")/debian-base.sh"
 
 register_emulation() {
   if ! command -v qemu-aarch64-static >/dev/null || ! command -v update-binfmts >/dev/null; then
@@ -27,14 +29,7 @@ register_emulation() {
 build_arm64_base_image() {
   docker image inspect "$ARM64_BASE_IMAGE" >/dev/null 2>&1 && return
   log "building $ARM64_BASE_IMAGE with debootstrap (its second stage runs emulated)"
-  local mirror rootfs
-  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
-  rootfs=$(mktemp -d)
-  chmod 0755 "$rootfs"  # as the published base's root, which rootless runtimes show as it is
-  debootstrap --arch=arm64 --variant=minbase bookworm "$rootfs" "$mirror" >/dev/null
-  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
-  tar -C "$rootfs" -c . | docker import --platform linux/arm64 -c 'CMD ["bash"]' - "$ARM64_BASE_IMAGE" >/dev/null
-  rm -rf "$rootfs"
+  import_debian_base "$ARM64_BASE_IMAGE" arm64
 }
 
 fetch_arm64_torch() {

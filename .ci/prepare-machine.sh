@@ -11,6 +11,8 @@ BASE_IMAGE=$(sed -n 's/^ARG CPU_BASE_IMAGE=//p' "$(dirname "$0")/../Dockerfile")
 readonly BASE_IMAGE
 # shellcheck source=.ci/next-debian-release.sh
 source "$(dirname "$0")/next-debian-release.sh"
+# shellcheck source=.ci/debian-base.sh
+source "$(dirname "$0")/debian-base.sh"
 # The oldest engine the suite runs on (docs/building.md): this release's docker.io is 20.10, which
 # cannot pull zstd layers and has no healthcheck start interval.
 readonly MIN_ENGINE_MAJOR=26
@@ -90,18 +92,7 @@ base_root_is_world_readable() {
 build_offline_base_image() {
   if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 && base_root_is_world_readable; then return; fi
   log "building $BASE_IMAGE with debootstrap"
-  local mirror rootfs
-  mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)
-  # The published debian:bookworm-slim has a root directory of mode 0755; mktemp's folder is 0700.
-  # Docker hides that (its merged root is always 0755), rootless Podman does not: every non-root
-  # process would fail to load libc there.
-  rootfs=$(mktemp -d)
-  chmod 0755 "$rootfs"
-  local codename=${BASE_IMAGE#debian:}
-  debootstrap --variant=minbase "${codename%%-*}" "$rootfs" "$mirror" >/dev/null
-  rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
-  tar -C "$rootfs" -c . | docker import -c 'CMD ["bash"]' - "$BASE_IMAGE" >/dev/null
-  rm -rf "$rootfs"
+  import_debian_base "$BASE_IMAGE"
 }
 
 install_cli_plugins_and_engine() {

@@ -14,7 +14,8 @@ from tests.support import REPO_ROOT
 CI = REPO_ROOT / ".ci"
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "image.yml"
 PREREQUISITES = ".ci/install-prerequisites.sh"
-HELPERS = {"install-prerequisites.sh", "apt-install-without-services.sh", "next-debian-release.sh"}  # not installers of their own
+HELPERS = {"install-prerequisites.sh", "apt-install-without-services.sh", "next-debian-release.sh",
+           "debian-base.sh"}  # not installers of their own
 
 
 def called_prerequisites(script: str) -> set[str]:
