@@ -14,10 +14,15 @@ IMAGE ?= pytorch-dev
 # under QEMU emulation elsewhere (docs/building.md, "arm64: Apple Silicon and Grace"). Empty: the engine's own.
 PLATFORM ?=
 PLATFORM_ARG = $(if $(PLATFORM),--platform $(PLATFORM))
+# A build for a named platform is tagged for it (cpu-latest-arm64), so the builds of two platforms sit
+# side by side for `make push PLATFORMS=linux/amd64,linux/arm64` (docs/releases.md).
+PLATFORM_SUFFIX := $(if $(PLATFORM),-$(word 2,$(subst /, ,$(PLATFORM))))
+# PLATFORMS=linux/amd64,linux/arm64: the platforms `make push` publishes under one tag, and `make sign` signs.
+PLATFORMS ?=
 # VSCODE=1: the -vscode variant, with VS Code in the browser behind JupyterLab's login (docs/editors.md).
 VSCODE ?=
 VSCODE_SUFFIX := $(if $(filter 1,$(VSCODE)),-vscode)
-TAG ?= $(FLAVOR)-latest$(VSCODE_SUFFIX)
+TAG ?= $(FLAVOR)-latest$(VSCODE_SUFFIX)$(PLATFORM_SUFFIX)
 # Versions: their defaults are set once, in the Dockerfile's ARG lines; this reads them from there.
 dockerfile_default = $(shell sed -n 's/^ARG $(1)=//p' Dockerfile)
 NGC_TAG ?= $(call dockerfile_default,NGC_TAG)
@@ -71,7 +76,7 @@ TORCH_OF_FLAVORS = torch: CPU flavor $(TORCH_VERSION), GPU flavor $(NGC_TORCH_VE
 .PHONY: help
 help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables: FLAVOR=gpu|cpu PLATFORM ARM64_BASE_IMAGE ARM64_WHEELHOUSE ARM64_TORCH_VERSION VSCODE=1 IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE UP_WAIT_S"
+	@echo "Variables: FLAVOR=gpu|cpu PLATFORM PLATFORMS ARM64_BASE_IMAGE ARM64_WHEELHOUSE ARM64_TORCH_VERSION VSCODE=1 IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE UP_WAIT_S"
 	@echo "Versions (Dockerfile defaults): NGC_TAG=$(NGC_TAG) TORCH_VERSION=$(TORCH_VERSION) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE)"
 	@echo "$(TORCH_OF_FLAVORS)"
 
@@ -281,8 +286,8 @@ tags: ## Print the release tags of the built $(IMAGE):$(TAG), one a line
 	@python3 tools/release/tags.py $(IMAGE_REF)
 
 .PHONY: push
-push: ## Push $(IMAGE):$(TAG) under every release tag to REGISTRY=host[:port][/namespace] (VSCODE=1: the variant)
-	@python3 tools/release/push.py "$(REGISTRY)" $(IMAGE_REF) $(RELEASE_DIR)
+push: ## Push $(IMAGE):$(TAG) under every release tag to REGISTRY=host[:port][/namespace] (PLATFORMS=a,b: one index)
+	@python3 tools/release/push.py "$(REGISTRY)" $(IMAGE_REF) "$(PLATFORMS)" $(RELEASE_DIR)
 
 .PHONY: sbom
 sbom: ## Write the CycloneDX SBOM (OS + Python packages) of $(IMAGE):$(TAG) into .build/
@@ -302,11 +307,11 @@ zstd: ## Publish <tag>-zstd of every pushed tag: our layers zstd (OCI), the base
 
 .PHONY: sign
 sign: ## Sign every reference `make push` (and `make zstd`) published, by digest, with SBOM + provenance (COSIGN_KEY=FILE)
-	@python3 tools/release/sign.py $(IMAGE_REF) $(RELEASE_DIR) "$(COSIGN_KEY)"
+	@python3 tools/release/sign.py $(IMAGE_REF) "$(PLATFORMS)" $(RELEASE_DIR) "$(COSIGN_KEY)"
 
 .PHONY: verify
 verify: ## Verify IMAGE=REF[:tag][@digest]: signature, SBOM and provenance attestations (COSIGN_PUB=FILE)
-	@python3 tools/release/verify.py "$(IMAGE)" "$(COSIGN_PUB)"
+	@python3 tools/release/verify.py "$(IMAGE)" "$(COSIGN_PUB)" "$(PLATFORM)"
 
 .PHONY: scan
 scan: ## Gate on vulnerabilities: Python packages (OSV) and, CPU flavor, Debian security updates (SCAN_SEVERITY SCAN_ALLOWLIST)

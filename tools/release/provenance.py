@@ -23,6 +23,7 @@ import pathlib
 import subprocess
 import sys
 
+from platforms import file_suffix, platform_of
 from tags import (BASE_LABEL, CREATED_LABEL, FLAVOR_LABEL, REVISION_LABEL, ReleaseError, compute_tags,
                   read_labels)
 
@@ -99,7 +100,7 @@ def write_provenance(image: str, base_ref: str, output_dir: pathlib.Path, build_
     labels = read_labels(image)
     predicate = build_predicate(labels, base_ref or labels[BASE_LABEL], build_args)
     output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / provenance_file_name(labels)
+    path = output_dir / provenance_file_name(labels, platform_of(image))
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         partial.write_text(json.dumps(predicate, indent=2) + "\n")
@@ -109,8 +110,8 @@ def write_provenance(image: str, base_ref: str, output_dir: pathlib.Path, build_
     return path
 
 
-def provenance_file_name(labels: dict[str, str]) -> str:
-    return f"provenance-{compute_tags(labels)[0]}.json"
+def provenance_file_name(labels: dict[str, str], platform: str = "linux/amd64") -> str:
+    return f"provenance-{compute_tags(labels)[0]}{file_suffix(platform)}.json"
 
 
 def main(argv: list[str]) -> int:

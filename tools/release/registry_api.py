@@ -133,6 +133,15 @@ class Registry:
         manifest, raw, _ = self.json_object(f"/manifests/{reference}", MANIFEST_LIMIT, {"Accept": accept})
         return manifest, "sha256:" + hashlib.sha256(raw).hexdigest()
 
+    def descriptor(self, reference: str) -> tuple[dict, dict]:
+        """The manifest REFERENCE names (an image's or an index's) and its descriptor: media type, digest
+        and size, what an index lists of each entry."""
+        manifest, raw, _ = self.json_object(f"/manifests/{reference}", MANIFEST_LIMIT,
+                                            {"Accept": f"{MANIFEST_TYPES}, {INDEX_TYPES}"})
+        media_type = manifest.get("mediaType") or "application/vnd.oci.image.manifest.v1+json"
+        return manifest, {"mediaType": media_type, "digest": "sha256:" + hashlib.sha256(raw).hexdigest(),
+                          "size": len(raw)}
+
     def small_json_blob(self, digest: str, limit: int) -> dict:
         """The blob DIGEST as a JSON object, read only when it is at most LIMIT bytes (a signature's payload)."""
         if not isinstance(digest, str) or not DIGEST.fullmatch(digest):

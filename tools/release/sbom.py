@@ -5,9 +5,10 @@
 
 The inventory is taken inside the image (one `docker run` of the image's own Python, so it lists what
 that interpreter really imports, NGC's system site-packages or the CPU flavor's venv), and the document
-is written here with the standard library only. The file is named `sbom-<immutable release tag>.cdx.json`;
-the path written is printed. The output is deterministic for one image: its serial number is derived from
-the image id and its timestamp is the image's creation time, so re-running it changes nothing.
+is written here with the standard library only. The file is named `sbom-<immutable release tag>.cdx.json`
+(with -<architecture> before `.cdx.json` for a platform other than amd64); the path written is printed.
+The output is deterministic for one image: its serial number is derived from the image id and its
+timestamp is the image's creation time, so re-running it changes nothing.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import sys
 import uuid
 from urllib.parse import quote
 
+from platforms import file_suffix, platform_of
 from tags import CREATED_LABEL, REVISION_LABEL, ReleaseError, compute_tags, read_labels, run_command
 
 TOOL_NAME = "pytorch-dev tools/release/sbom.py"
@@ -122,10 +124,10 @@ def build_bom(image: str, image_id: str, labels: dict[str, str], inventory: dict
     }
 
 
-def sbom_file_name(labels: dict[str, str]) -> str:
+def sbom_file_name(labels: dict[str, str], platform: str = "linux/amd64") -> str:
     """Named after the immutable release tag, which differs wherever the contents can: flavor, torch, CUDA,
-    base (two NGC releases built from one commit), date, commit."""
-    return f"sbom-{compute_tags(labels)[0]}.cdx.json"
+    base (two NGC releases built from one commit), date, commit; and after the platform, but amd64's."""
+    return f"sbom-{compute_tags(labels)[0]}{file_suffix(platform)}.cdx.json"
 
 
 def image_id_of(image: str) -> str:
@@ -141,7 +143,7 @@ def recorded_image_id(sbom: dict) -> str:
 def read_sbom_of(image: str, release_dir: pathlib.Path, labels: dict[str, str]) -> tuple[pathlib.Path, dict]:
     """The SBOM `make sbom` wrote for IMAGE, refused when it was taken from another image: the file is named
     after the release tag, which another build of the same commit on the same day shares."""
-    path = release_dir / sbom_file_name(labels)
+    path = release_dir / sbom_file_name(labels, platform_of(image))
     if not path.is_file():
         raise ReleaseError(f"{path} is missing: run `make sbom` for this image first")
     try:
@@ -161,7 +163,7 @@ def write_sbom(image: str, output_dir: pathlib.Path) -> pathlib.Path:
         raise ReleaseError(f"{image} has no {REVISION_LABEL} label: build it with `make build` from a git checkout")
     bom = build_bom(image, image_id_of(image), labels, take_inventory(image))
     output_dir.mkdir(parents=True, exist_ok=True)
-    path = output_dir / sbom_file_name(labels)
+    path = output_dir / sbom_file_name(labels, platform_of(image))
     # Written beside and renamed into place, so a reader never sees half a file.
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:

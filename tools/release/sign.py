@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Sign every reference `make push` published, by digest, and attach the SBOM and SLSA provenance.
 
-    python3 tools/release/sign.py IMAGE RELEASE_DIR COSIGN_KEY     # or: make sign COSIGN_KEY=cosign.key
+    python3 tools/release/sign.py IMAGE PLATFORMS RELEASE_DIR COSIGN_KEY    # or: make sign COSIGN_KEY=cosign.key
 
 `make push` records what it pushed in RELEASE_DIR/pushed-<immutable tag>.txt (one reference@digest a
 line; `make zstd` adds the -zstd variants). For each line this signs the digest, never the tag, with
 annotations naming the tag (so `make verify` refuses a tag moved to another signed image) and the
 release's number, one more than the highest any signature in the repository claims (so `make verify` can
 tell a moving tag moved back: release_order.py), then attests the image with the
-CycloneDX SBOM (`make sbom`) and the provenance predicate (`make build` wrote it). A moving tag is signed
+CycloneDX SBOM (`make sbom`) and the provenance predicate (`make build` wrote it). A release of several
+platforms (make push PLATFORMS=...) signs each index and each entry alike, and attests each entry with
+its own platform's SBOM and provenance (`make sbom PLATFORM=...` for each). A moving tag is signed
 only for the image it names now, and not for an image signed before as an older release of it (a tag
 moved back): signing an older build as the newest is refused unless SIGN_AS_NEWEST=1 says it is meant.
 
@@ -22,6 +24,7 @@ import pathlib
 import sys
 
 from cosign_cli import SEQUENCE_ANNOTATION, TAG_ANNOTATION, failure_line, run_cosign, transparency_log_flags
+from platforms import is_index, local_builds, parse_platforms, platform_of
 from provenance import provenance_file_name
 from registry_api import NotFound, Registry
 from release_order import Claim, claims_in, next_sequence
@@ -59,9 +62,10 @@ def key_flags(key: str) -> list[str]:
     return []
 
 
-def attestation_files(release_dir: pathlib.Path, labels: dict[str, str]) -> list[tuple[str, pathlib.Path]]:
-    files = [("cyclonedx", release_dir / sbom_file_name(labels)),
-             ("slsaprovenance1", release_dir / provenance_file_name(labels))]
+def attestation_files(release_dir: pathlib.Path, labels: dict[str, str],
+                      platform: str) -> list[tuple[str, pathlib.Path]]:
+    files = [("cyclonedx", release_dir / sbom_file_name(labels, platform)),
+             ("slsaprovenance1", release_dir / provenance_file_name(labels, platform))]
     for kind, path in files:
         if not path.is_file():
             raise ReleaseError(f"{path} is missing: `make build` writes the provenance and `make sbom` the SBOM; "
@@ -69,21 +73,33 @@ def attestation_files(release_dir: pathlib.Path, labels: dict[str, str]) -> list
     return files
 
 
-def check_pushed_are_this_image(image: str, pushed: list[tuple[str, str]]) -> None:
+def check_pushed_are_these_builds(builds: dict[str, str], pushed: list[tuple[str, str]]) -> dict[str, str]:
     """Refuses digests `make push` published from another build of this tag (`make build; make push;
     make build; make sign` on one day): signing them would attest them with this build's SBOM and
-    provenance. A pushed image is this one when its manifest names this image's config (the image id);
-    the -zstd variants compress the layers, not the config, so theirs do too."""
-    image_id = image_id_of(image)
+    provenance. A pushed image is one of BUILDS (platform: local image) when its manifest names that
+    build's config (the image id); the -zstd variants compress the layers, not the config, so theirs do
+    too. An index must name only images pushed here. Returns each image digest's platform."""
+    ids = {image_id_of(build): platform for platform, build in builds.items()}
+    platforms, indexes = {}, []
     for reference, digest in pushed:
-        repository = reference.rpartition(":")[0]
-        manifest, _ = Registry(repository).manifest(digest)
+        manifest, _ = Registry(reference.rpartition(":")[0]).descriptor(digest)
+        if is_index(manifest):
+            indexes.append((reference, digest, manifest))
+            continue
         config = (manifest.get("config") or {}).get("digest", "")
-        if config != image_id:
+        if config not in ids:
+            ours = ", ".join(f"{builds[platform]}'s is {image_id[:19]}" for image_id, platform in ids.items())
             raise ReleaseError(f"{reference}@{digest[:19]} was pushed from another build (its config is "
-                               f"{config[:19] or 'missing'}, {image}'s is {image_id[:19]}): signing it would attest "
-                               f"it with this build's SBOM and provenance; run `make push` again for this build, "
-                               f"then `make sign`")
+                               f"{config[:19] or 'missing'}, {ours}): signing it would attest it with this build's "
+                               f"SBOM and provenance; run `make push` again for this build, then `make sign`")
+        platforms[digest] = ids[config]
+    for reference, digest, index in indexes:
+        named = [entry.get("digest") for entry in index.get("manifests") or [] if isinstance(entry, dict)]
+        foreign = [digest for digest in named if digest not in platforms]
+        if foreign:
+            raise ReleaseError(f"{reference}@{digest[:19]} is an index naming {str(foreign[0])[:19]}, which this "
+                               f"release did not push: run `make push` again for this release, then `make sign`")
+    return platforms
 
 
 def check_moving_tags_name_this_build(pushed: list[tuple[str, str]]) -> None:
@@ -95,7 +111,7 @@ def check_moving_tags_name_this_build(pushed: list[tuple[str, str]]) -> None:
         if not is_moving(tag):
             continue
         try:
-            current = Registry(repository).manifest(tag)[1]
+            current = Registry(repository).descriptor(tag)[1]["digest"]
         except NotFound:
             current = "nothing"
         if current != digest:
@@ -133,14 +149,16 @@ def _cosign_or_fail(what: str, *args: str) -> None:
         raise ReleaseError(failure_line(what, result))
 
 
-def sign(image: str, release_dir: str, key: str) -> list[str]:
+def sign(image: str, platforms: str, release_dir: str, key: str) -> list[str]:
     directory = pathlib.Path(release_dir)
-    labels = read_labels(image)
-    pushed = read_pushed(directory, labels)
+    builds = local_builds(image, parse_platforms(platforms)) if platforms.strip() else {platform_of(image): image}
+    labels = {platform: read_labels(build) for platform, build in builds.items()}
+    pushed = read_pushed(directory, next(iter(labels.values())))
     flags = key_flags(key.strip()) + transparency_log_flags(verifying=False)
-    attestations = attestation_files(directory, labels)
-    read_sbom_of(image, directory, labels)  # refuses an SBOM taken from another image of this tag
-    check_pushed_are_this_image(image, pushed)  # and digests pushed from another build of it
+    attestations = {platform: attestation_files(directory, labels[platform], platform) for platform in builds}
+    for platform, build in builds.items():
+        read_sbom_of(build, directory, labels[platform])  # refuses an SBOM taken from another image of this tag
+    platform_of_digest = check_pushed_are_these_builds(builds, pushed)  # and digests pushed from another build
     check_moving_tags_name_this_build(pushed)
     # Each repository's signatures are read once: what they claim orders this release among the others.
     registries = {repository: Registry(repository)
@@ -158,8 +176,9 @@ def sign(image: str, release_dir: str, key: str) -> list[str]:
                         "-a", f"{SEQUENCE_ANNOTATION}={sequences[repository]}", by_digest)
         signed.append(f"{reference}@{digest}")
         print(f"signed {signed[-1]} as release {sequences[repository]}", flush=True)
-    for by_digest in dict.fromkeys(f"{ref.rpartition(':')[0]}@{digest}" for ref, digest in pushed):
-        for kind, path in attestations:
+    # Images are attested, each with its platform's files; an index has no SBOM of its own.
+    for by_digest, digest in dict.fromkeys((f"{ref.rpartition(':')[0]}@{digest}", digest) for ref, digest in pushed):
+        for kind, path in attestations.get(platform_of_digest.get(digest, ""), []):
             _cosign_or_fail(f"attest {by_digest} with {path.name}", "attest", "--yes", *flags, "--type", kind,
                             "--predicate", str(path), by_digest)
             print(f"attested {by_digest} ({kind})", flush=True)
@@ -167,7 +186,7 @@ def sign(image: str, release_dir: str, key: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    return run_command(argv, "sign.py IMAGE RELEASE_DIR COSIGN_KEY   (COSIGN_KEY empty: keyless)", sign)
+    return run_command(argv, "sign.py IMAGE PLATFORMS RELEASE_DIR COSIGN_KEY   (COSIGN_KEY empty: keyless)", sign)
 
 
 if __name__ == "__main__":

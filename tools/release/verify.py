@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Verify a published image: its signature, for the tag named, and its SBOM and provenance attestations.
 
-    python3 tools/release/verify.py IMAGE COSIGN_PUB     # or: make verify IMAGE=REF COSIGN_PUB=cosign.pub
+    python3 tools/release/verify.py IMAGE COSIGN_PUB PLATFORM   # or: make verify IMAGE=REF COSIGN_PUB=cosign.pub
 
 IMAGE is registry/name:tag, registry/name@sha256:..., or both (name:tag@sha256:..., what CI should pin).
 Everything is checked against the digest cosign resolved, so what passed is exactly what a later
@@ -11,6 +11,10 @@ than the newest one signed for it in the repository (moved back, or an old diges
 signature made with another key; a missing or foreign attestation. Which release is newest is the order
 `make sign` gave them (release_order.py), not a build clock. On success it prints one line per
 check and, last, `verified REF@DIGEST`. What a moving tag can and cannot promise: docs/releases.md.
+
+A release of several platforms is an index: its signature is checked as above, then the entry for
+PLATFORM (empty: this machine's, the one `docker pull` here gets) must be signed too, and its SBOM and
+provenance are the ones checked; the last line names both, `verified REF@INDEX for linux/arm64: REF@ENTRY`.
 
 COSIGN_PUB empty verifies a keyless (GitHub Actions) signature: COSIGN_IDENTITY is a regular expression
 of the signing workflow's identity (https://github.com/OWNER/REPO/.github/workflows/image.yml@refs/tags/v.*).
@@ -24,6 +28,8 @@ import sys
 
 from cosign_cli import (identity_flags, last_error_line, run_cosign, run_verify, transparency_log_flags,
                         verified_payloads, why_unverified)
+from platforms import entry_for, is_index, parse_platforms, platforms_in, this_machines_platform
+from registry_api import DIGEST, Registry
 from release_order import newest_signed, sequence_for, tag_and_sequence
 from tags import ReleaseError, is_moving, run_command
 
@@ -128,20 +134,38 @@ def check_provenance(provenance: dict) -> str:
     return f"provenance: commit {commit[:12]}, base {base.get('uri', '')} {algorithm}:{value}"
 
 
-def verify(image: str, public_key: str) -> None:
+def verify_entry(repository: str, index_digest: str, index: dict, platform: str, flags: list[str]) -> str:
+    """The signed entry of the index for PLATFORM, by digest; one line where there is none, or it is unsigned
+    (an index that names another image than the one signed for it)."""
+    entry = entry_for(index, platform)
+    if not entry or not isinstance(entry.get("digest"), str) or not DIGEST.fullmatch(entry["digest"]):
+        raise ReleaseError(f"{repository}@{index_digest[:19]} has no {platform} image (it has "
+                           f"{', '.join(platforms_in(index)) or 'none'}): verify with PLATFORM= one of those")
+    by_digest = f"{repository}@{entry['digest']}"
+    result = run_verify(by_digest, flags)
+    if result.returncode != 0:
+        raise signature_failure(f"its {platform} image {by_digest}", result)
+    print(f"{platform}: {entry['digest']} signed")
+    return by_digest
+
+
+def verify(image: str, public_key: str, platform: str) -> None:
+    platform = parse_platforms(platform)[0] if platform.strip() else this_machines_platform()
     flags = identity_flags(public_key.strip())
     digest, payloads = verify_signature(image, flags)
     repository, tag, _ = split_reference(image)
     if tag and is_moving(tag):
         print(check_newest_for(repository, tag, digest, payloads, flags))
     by_digest = f"{repository}@{digest}"
-    print(check_sbom(attested_predicate(by_digest, "cyclonedx", SBOM_TYPE, flags)))
-    print(check_provenance(attested_predicate(by_digest, "slsaprovenance1", PROVENANCE_TYPE, flags)))
-    print(f"verified {by_digest}")
+    manifest, _ = Registry(repository).descriptor(digest)
+    image_checked = verify_entry(repository, digest, manifest, platform, flags) if is_index(manifest) else by_digest
+    print(check_sbom(attested_predicate(image_checked, "cyclonedx", SBOM_TYPE, flags)))
+    print(check_provenance(attested_predicate(image_checked, "slsaprovenance1", PROVENANCE_TYPE, flags)))
+    print(f"verified {by_digest}" + (f" for {platform}: {image_checked}" if image_checked != by_digest else ""))
 
 
 def main(argv: list[str]) -> int:
-    return run_command(argv, "verify.py IMAGE COSIGN_PUB   (COSIGN_PUB empty: keyless, COSIGN_IDENTITY)", verify)
+    return run_command(argv, "verify.py IMAGE COSIGN_PUB PLATFORM   (COSIGN_PUB empty: keyless, COSIGN_IDENTITY)", verify)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import zlib
 
+from platforms import is_index
 from registry_api import Registry
 from sign import pushed_file, read_pushed
 from tags import ReleaseError, read_labels, run_command
@@ -110,7 +111,10 @@ def publish_zstd(image: str, base_ref: str, release_dir: str) -> list[str]:
     gzip_refs = [(ref, digest) for ref, digest in read_pushed(directory, labels) if not ref.endswith(SUFFIX)]
     repository = gzip_refs[0][0].rpartition(":")[0]
     registry = Registry(repository)
-    gzip_manifest, _ = registry.manifest(gzip_refs[0][1])
+    gzip_manifest, _ = registry.descriptor(gzip_refs[0][1])
+    if is_index(gzip_manifest):
+        raise ReleaseError(f"{gzip_refs[0][0]} is a release of several platforms (an index): `make zstd` makes the "
+                           f"-zstd tags of a single-platform release only so far; publish this one without them")
     base_layers = base_diff_ids(base_ref)
     try:
         manifest = zstd_manifest(registry, gzip_manifest, base_layers)
