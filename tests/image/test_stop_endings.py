@@ -105,6 +105,10 @@ def test_docker_stop_saves_a_trainer_piped_to_tee_in_a_command_without_job_contr
     assert "BrokenPipeError" not in log and "stopped by SIGTERM at step" in log, log[-3000:]
     assert saved_checkpoints(container, "pipe", tmp_path), log[-3000:]
     assert container.state()["ExitCode"] == 0 and "stopped cleanly" in container.logs(), container.logs()[-3000:]
+    # tee is not sent SIGTERM with the workers, and the line says so: it is named apart, left to drain.
+    first = next(line for line in container.logs().splitlines() if "SIGTERM to your work first" in line)
+    sent, _, left = first.partition("; left to read to the end of their input:")
+    assert "(tee /tmp/pipe.log)" not in sent and "(tee /tmp/pipe.log)" in left, first
 
 
 def test_docker_stop_in_the_hosts_pid_namespace_signals_nothing_outside_the_container(containers):

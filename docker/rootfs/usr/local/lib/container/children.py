@@ -28,6 +28,7 @@ class Children:
 
     def __init__(self) -> None:
         self.watched: set[int] = set()
+        self.kept: set[int] = set()  # not watched, but their status is wanted: the work the stop signalled
         self.status: dict[int, int] = {}
         self.orphans_ended: collections.deque[stop_policy.Ended] = collections.deque(maxlen=self.ORPHANS_KEPT)
 
@@ -47,9 +48,9 @@ class Children:
                 return ended
             code = os.waitstatus_to_exitcode(status)
             code = code if code >= 0 else 128 - code
-            if pid in self.watched:
+            if pid in self.watched or pid in self.kept:
                 self.status[pid] = code
-            elif stop_policy.may_have_been_lost(name, code):
+            if pid not in self.watched and stop_policy.may_have_been_lost(name, code):
                 self.orphans_ended.append(stop_policy.Ended(pid, name, code, time.monotonic()))
             ended.append(pid)
 

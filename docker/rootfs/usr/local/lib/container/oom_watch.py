@@ -3,17 +3,23 @@ the kernel killed for memory dies of SIGKILL without a word of its own: JupyterL
 kernel died, and `docker inspect` that the container saw an OOM kill.
 
 The container's memory cgroup counts those kills (cgroup v2: memory.events, v1: memory.oom_control, both
-"oom_kill N"). The supervisor reads the count every CHECK_S while it waits, and as a stop begins: one
-small file. Only a container with a PID namespace of its own looks, since elsewhere (Apptainer, --pid=host)
-the cgroup may be the host session's, whose kills are not this container's.
+"oom_kill N"). The supervisor reads the count every CHECK_S while it waits, and as a stop begins and ends:
+one small file. The kernel's log, which names the process killed, cannot be read inside a container; so
+each look also lists the PIDs in /proc (a command line read once for each new one), and a kill is told
+with the processes that ended since the last look, among which is the one killed. Only a container with
+a PID namespace of its own looks, since elsewhere (Apptainer, --pid=host) the cgroup may be the host
+session's, whose kills are not this container's.
 """
 from __future__ import annotations
 
+import os
 import time
 
+import process_table
 from run_folder import warn
 
 CHECK_S = 2.0
+NAMED_AT_MOST = 8  # processes named with the kills; a look rarely sees more end
 UNLIMITED = 1 << 60  # cgroup v1's "no limit" is a page-rounded 2^63
 
 
@@ -63,13 +69,35 @@ def describe_limit(limit: int | None) -> str:
     return f"the container's memory limit is {limit / (1 << 20):.0f} MiB"
 
 
+def shown(pid: int) -> str:
+    return f"{pid}({(process_table.read_command(pid) or process_table.read_name(pid))[:60]})"
+
+
+def running(known: dict[int, str]) -> dict[int, str]:
+    """Every process now, PID: PID(command), the command read once, for those not KNOWN already."""
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return known
+    return {pid: known.get(pid) or shown(pid) for pid in pids}
+
+
 class OomWatch:
-    """Says, in one line, when the count of OOM kills in the container's cgroup grew since the last look."""
+    """Says, in one line, when the count of OOM kills in the container's cgroup grew since the last look;
+    killed and named keep the kills since the container started, for the stop's verdict."""
 
     def __init__(self, enabled: bool) -> None:
         self.files = cgroup_files() if enabled else None
         self.count = read_number(self.files[0], "oom_kill") if self.files else None
         self.due = time.monotonic() + CHECK_S
+        self.killed = 0
+        self.ended_near_kills: list[str] = []
+        self.processes = running({}) if self.count is not None else {}
+
+    @property
+    def named(self) -> str:
+        """The processes that ended in the looks that saw a kill: the ones killed are among them."""
+        return f"among {' '.join(self.ended_near_kills)}" if self.ended_near_kills else "which, it could not tell"
 
     def seconds_left(self) -> float:
         return max(0.0, self.due - time.monotonic()) if self.files else float("inf")
@@ -79,10 +107,15 @@ class OomWatch:
         if not self.files or self.count is None:
             return
         count = read_number(self.files[0], "oom_kill")
+        before, self.processes = self.processes, running(self.processes)
         if count is None or count <= self.count:
             return
         killed, self.count = count - self.count, count
+        ended = [name for pid, name in before.items() if pid not in self.processes]
+        self.killed += killed
+        self.ended_near_kills = (self.ended_near_kills + ended)[-NAMED_AT_MOST:]
+        among = f" (among those that ended just now: {' '.join(ended[:NAMED_AT_MOST])})" if ended else ""
         warn(f"the kernel's out-of-memory killer ended {killed} process{'es' if killed > 1 else ''} of this "
-             f"container ({describe_limit(read_number(self.files[1]))}): a notebook kernel, trainer or service "
-             "that died just now ran out of memory; use a smaller batch or fewer DataLoader workers, or give "
-             "the container more memory (docker run --memory, compose mem_limit)")
+             f"container{among} ({describe_limit(read_number(self.files[1]))}): a notebook kernel, trainer "
+             "or service that died just now ran out of memory; use a smaller batch or fewer DataLoader "
+             "workers, or give the container more memory (docker run --memory, compose mem_limit)")

@@ -20,7 +20,9 @@ import time
 
 import process_table
 import stop_policy
+import stop_verdict
 from children import FIRST_POLL_S, POLL_S, Children
+from oom_watch import OomWatch
 from run_folder import STOPPING, log, warn
 
 RESCAN_EVERY_S = 1.0    # at most this often, after some of the work exited, the table is read again
@@ -66,13 +68,31 @@ class Stop:
     progress: how far the stop has come (stop_policy.Progress), the policy's to read and advance."""
 
     def __init__(self, container: stop_policy.Container, children: Children, timeout_s: int,
-                 command: int | None = None) -> None:
+                 command: int | None = None, oom: OomWatch | None = None) -> None:
         self.container, self.children, self.timeout_s, self.command = container, children, timeout_s, command
+        self.oom = oom
+        self.signalled: dict[int, stop_verdict.Signalled] = {}  # the work sent SIGTERM, as it was when sent
+        self.command_ran_into_the_stop = False  # the command was running when the stop began
         self.clean = True
         self.work_ended = True
         self.progress = stop_policy.Progress()
         self.service_ended_at: float | None = None  # a service ended on its own: what ended with it is named
         self.left_by_the_service = ""  # what a service that asked for the stop had to close with work running
+
+    def signal_work(self, pids: list[int] | tuple[int, ...], table: stop_policy.Table) -> list[int]:
+        """SIGTERM to PIDS as work; how each took SIGTERM is read first, and its exit status kept where the
+        supervisor reaps it, for the verdict (stop_verdict.py). Returns those that could not be signalled."""
+        bit = 1 << (signal.SIGTERM - 1)
+        for pid in pids:
+            if pid not in self.signalled:
+                handled, ignored = process_table.signal_masks(pid)
+                process = table.get(pid)
+                counts = process is not None and stop_policy.is_python(process) \
+                    and not stop_policy.is_kernel(process)
+                self.signalled[pid] = stop_verdict.Signalled(pid, describe([pid], table), counts,
+                                                             bool(handled & bit), bool(ignored & bit))
+        self.children.kept.update(pids)
+        return process_table.signal_each(signal.SIGTERM, pids)
 
     def stop_user_work(self) -> None:
         """Steps 1 and 2. Each pause checks only the work found alive at the last; after one in which some
@@ -83,9 +103,12 @@ class Stop:
         work, progress = set(plan.work), plan.progress
         if not work:
             return
-        failed = process_table.signal_each(signal.SIGTERM, plan.signal)  # first, then the line that says so
+        failed = self.signal_work(plan.signal, table)  # first, then the line that says so
+        # A pipeline's reader (`| tee`) is not signalled yet: named apart, as what waits for its input to end.
+        readers = f"; left to read to the end of their input: {describe(list(plan.readers), table)}" \
+            if plan.readers else ""
         log(f"stopping: SIGTERM to your work first, waiting up to {self.timeout_s} s for it: "
-            f"{describe([*plan.signal, *plan.readers], table)}")
+            f"{describe(plan.signal, table)}{readers}")
         scanned_at, exited_since_scan = time.monotonic(), False
         for _ in self.children.pauses(deadline):
             alive = still_alive(work)
@@ -97,7 +120,7 @@ class Stop:
                 plan = stop_policy.look(table, self.container, progress)
                 alive, progress = set(plan.work), plan.progress
                 if plan.signal:
-                    failed += process_table.signal_each(signal.SIGTERM, plan.signal)
+                    failed += self.signal_work(plan.signal, table)
                     log("stopping: SIGTERM to work whose launcher exited or that started since: "
                         f"{describe(plan.signal, table)}")
             drained, progress = stop_policy.drain(progress, alive, now)
@@ -130,7 +153,7 @@ class Stop:
             plan = stop_policy.look(table, self.container, progress)
             progress = plan.progress
             if plan.signal:
-                process_table.signal_each(signal.SIGTERM, plan.signal)
+                self.signal_work(plan.signal, table)
                 log(f"stopping: SIGTERM to work below what is still running, tops first: "
                     f"{describe(plan.signal, table)}")
                 waiting |= set(plan.signal)
@@ -192,8 +215,28 @@ class Stop:
             more = f" and {len(lost) - DESCRIBED_AT_MOST} more" if len(lost) > DESCRIBED_AT_MOST else ""
             warn(f"ended with the service, before the stop could ask it to save: {shown}{more}")
 
+    def name_the_work_unsaved(self) -> None:
+        """What the stop ended unsaved (stop_verdict.unsaved), the command's failure, and the work the
+        kernel's out-of-memory killer ended while the container ran: never a clean stop."""
+        command = self.children.status.get(self.command) if self.command_ran_into_the_stop else None
+        lost = stop_verdict.unsaved(self.signalled, self.children.status)
+        if command and self.command not in self.signalled:
+            lost.append(f"the command {self.command} exited with status {command}")
+        if lost:
+            self.clean = False
+            more = f"; and {len(lost) - DESCRIBED_AT_MOST} more" if len(lost) > DESCRIBED_AT_MOST else ""
+            warn(f"ended without saving: {'; '.join(lost[:DESCRIBED_AT_MOST])}{more}")
+        if self.oom is not None:
+            self.oom.look()  # a kill during the stop itself
+        if self.oom is not None and self.oom.killed:
+            self.clean = False
+            killed = f"{self.oom.killed} process{'es' if self.oom.killed > 1 else ''}"
+            warn(f"the kernel's out-of-memory killer ended {killed} of this container while it ran, unsaved: "
+                 f"{self.oom.named}")
+
     def run(self) -> None:
         # The stop signals stay blocked: a second `docker stop` does not cut the orderly stop short.
+        self.command_ran_into_the_stop = self.command is not None and self.command not in self.children.status
         mark_stopping()
         self.stop_user_work()
         self.wait_for_the_command()
@@ -201,7 +244,8 @@ class Stop:
             self.stop_work_still_running()
         self.stop_everything_left()
         self.name_the_work_lost()
+        self.name_the_work_unsaved()
         if self.clean:
             log("stopped cleanly")
         else:
-            warn("stopped, but not cleanly: what the lines above name did not end in time and got SIGTERM late")
+            warn("stopped, but not cleanly: the lines above name what ended late or unsaved")

@@ -32,6 +32,7 @@ from oom_watch import OomWatch  # noqa: E402
 from run_folder import LOG_PREFIX, SERVICES, STARTED, log, read_settings, warn  # noqa: E402
 from stop import Stop, describe  # noqa: E402
 from stop_signals import STOP_REQUEST_FD, WAITED_SIGNALS, Signals, StopRequests  # noqa: E402
+from stop_verdict import exit_status  # noqa: E402
 
 DOCTOR = "/opt/scripts/doctor.py"
 # A service's end is seen as its SIGCHLD arrives; what ended with it (its terminals' jobs) ended no earlier
@@ -238,14 +239,14 @@ def main(argv: list[str]) -> int:
     children.watched = set(services) | ({exporter} - {None})  # an exporter's end is no lost work
     holders = {pid for pid, name in services.items() if name != "command"} | ({exporter} - {None})
     container = stop_policy.Container(os.getpid(), frozenset(holders), settings["own_pid_namespace"])
-    stop = Stop(container, children, settings["stop_timeout_s"], command)
+    oom = OomWatch(settings["own_pid_namespace"])
+    stop = Stop(container, children, settings["stop_timeout_s"], command, oom)
     if not started:
         stop.run()
         return 1
     mark_started()
     # Beside the services, which take seconds to answer: the check costs them no time.
     relay_limit_warnings(settings["limit_checks"])
-    oom = OomWatch(settings["own_pid_namespace"])
     watches: list[HubActivity | OomWatch] = [oom]
     if settings["spawned_by_hub"] and not command_mode and os.environ.get("JUPYTERHUB_API_URL"):
         watches.append(HubActivity(container))
@@ -258,12 +259,12 @@ def main(argv: list[str]) -> int:
         else:
             stop_what_the_command_left(stop, container, children.status[command])
         # The command's exit status is the container's: torchrun's, 0 when its workers saved.
-        return children.status_of(command)
+        return exit_status("command", stop.clean, children.status_of(command))
     if event == "stop":
         stop.left_by_the_service = stop_requests.left_running if signals.asked_by else ""
         stop.run()
         if signals.asked_by is None:
-            return 0
+            return exit_status("docker stop", stop.clean)
         status = 0  # a service shut down on purpose, with the user's work stopped first
     else:
         status = children.status[which]
@@ -271,11 +272,7 @@ def main(argv: list[str]) -> int:
              "so the restart policy can act")
         stop.service_ended_at = time.monotonic() - SERVICE_END_SEEN_WITHIN_S
         stop.run()
-    # A hub's server that ends with 0 was shut down on purpose (File > Shut Down, the hub's idle culler):
-    # the hub counts the container's exit, and 0 is the truth. Elsewhere the restart policy needs non-zero.
-    if status == 0 and settings["spawned_by_hub"]:
-        return 0
-    return status or 1
+    return exit_status("service", stop.clean, status, settings["spawned_by_hub"])
 
 
 if __name__ == "__main__":

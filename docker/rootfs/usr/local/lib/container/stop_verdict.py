@@ -1,0 +1,63 @@
+"""What the stop's last line and the container's exit status say, as pure functions over what the executor
+(stop.py) recorded. "stopped cleanly" means nothing the stop ended was lost: everything it signalled ended
+in time, and none of it ended unsaved. docs/how-it-runs.md, "The stop's rules", names each rule.
+
+The stop sees the exit status only of what the supervisor reaps (the command, and work whose launcher or
+shell ended before it: a `nohup` job); a trainer in an SSH or tmux shell is reaped by that shell. What it
+knows of every program it signals is how that program took SIGTERM when it was sent: a program that
+neither handles nor ignores it dies of it, unsaved.
+"""
+from __future__ import annotations
+
+import dataclasses
+import signal
+from collections.abc import Mapping
+
+DIED_OF_SIGTERM = 128 + signal.SIGTERM
+
+
+@dataclasses.dataclass(frozen=True)
+class Signalled:
+    """A process the stop sent SIGTERM as work, as it was when sent. shown: PID(command), as the log names
+    it. counts_unhandled: a Python program other than a notebook kernel, whose death by an unhandled SIGTERM
+    loses its work (a kernel's idle state, `watch nvidia-smi` or `tail -f` lose nothing by it)."""
+    pid: int
+    shown: str
+    counts_unhandled: bool
+    handles_sigterm: bool
+    ignores_sigterm: bool
+
+
+def unsaved(signalled: Mapping[int, Signalled], statuses: Mapping[int, int]) -> list[str]:
+    """The work the stop ended unsaved, a line each: a signalled program whose exit status the supervisor
+    saw was not 0 (a trainer whose save failed, its disk full), and a Python program that neither handled
+    nor ignored its SIGTERM, and so died of it (torchrun's workers of a script that does not handle it).
+    One that ignored it is named by the stop's own lines, as still running when step 3 came."""
+    lines = []
+    for pid, process in signalled.items():
+        status = statuses.get(pid)
+        if status is None or status == DIED_OF_SIGTERM:
+            unhandled = status == DIED_OF_SIGTERM or not (process.handles_sigterm or process.ignores_sigterm)
+            if unhandled and process.counts_unhandled:
+                lines.append(f"{process.shown} did not handle SIGTERM and died of it")
+        elif status:
+            lines.append(f"{process.shown} exited with status {status} after its SIGTERM")
+    return lines
+
+
+def exit_status(ended_by: str, clean: bool, status: int = 0, spawned_by_hub: bool = False) -> int:
+    """The container's exit status. ENDED_BY says what ended it:
+      "command"      the command ended, or was stopped: its STATUS, or 1 where it says 0 but the stop was
+                     not clean (work it left, or work beside it, lost);
+      "docker stop"  a stop of the services: 0 when it was clean, else 1, so the platform's record of the
+                     end (Kubernetes' Completed or Error) tells whether work was lost;
+      "service"      a service ended the container: on purpose with STATUS 0 (JupyterLab's File > Shut
+                     Down), or of its own failure: STATUS, or 1, so a restart policy acts; 0 only for a
+                     clean shut-down under JupyterHub, which counts the exit itself."""
+    if ended_by == "command":
+        return status or (0 if clean else 1)
+    if ended_by == "docker stop":
+        return 0 if clean else 1
+    if status == 0 and spawned_by_hub and clean:
+        return 0
+    return status or 1
