@@ -94,6 +94,18 @@ def test_a_base_url_argument_that_disagrees_with_the_setting_stops_the_start_wit
     assert "JUPYTER_BASE_URL=/b/ and JupyterLab's argument --ServerApp.base_url /a/ disagree" in errors[0], errors
 
 
+@pytest.mark.parametrize("arguments", [["--IdentityProvider.token="], ["--PasswordIdentityProvider.token", "x"],
+                                       ["--ServerApp.token="], ["--ServerApp.password=sha1:0"]],
+                         ids=["identity-provider", "password-identity-provider", "server-token", "server-password"])
+def test_a_login_argument_stops_the_start_with_one_line(image, arguments):
+    """`start-services --IdentityProvider.token=''` was overridden by the image's login without a word."""
+    result = run_container_to_completion(image, command=["start-services", *arguments],
+                                         options=["--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert f"JupyterLab's argument {arguments[0].split('=')[0]} would be overridden" in errors[0], errors
+
+
 def test_the_token_is_not_repeated_in_jupyters_own_log_lines(jupyter_with_token):
     logs = jupyter_with_token.logs()
     assert TOKEN not in logs

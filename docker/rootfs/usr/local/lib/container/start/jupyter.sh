@@ -84,6 +84,20 @@ take_the_base_url_from_jupyters_arguments() {
   JUPYTER_EXTRA_ARGS=(${kept[@]+"${kept[@]}"})
 }
 
+# JupyterLab's login is the image's to set (jupyter_server_config.py, from JUPYTER_TOKEN, JUPYTER_PASSWORD_HASH
+# and JUPYTER_AUTH), and its settings there win over the same ones given as arguments: an argument that
+# sets the token, password or identity provider would be overridden without a word, so it stops the start.
+refuse_login_arguments() {
+  local argument
+  for argument in ${JUPYTER_EXTRA_ARGS[@]+"${JUPYTER_EXTRA_ARGS[@]}"}; do
+    case $argument in
+      --*IdentityProvider.* | --ServerApp.token* | --ServerApp.password* | --NotebookApp.token* | \
+        --NotebookApp.password* | --ServerApp.identity_provider_class* | --ServerApp.login_handler_class*)
+        fatal "JupyterLab's argument ${argument%%=*} would be overridden by the image's login settings; set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH instead (JUPYTER_AUTH=platform where a platform in front authenticates)" ;;
+    esac
+  done
+}
+
 # Prints the base URL, with a slash at either end, from JUPYTER_BASE_URL or NB_PREFIX (Kubeflow's).
 read_jupyter_base_url() {
   local base=${JUPYTER_BASE_URL:-} prefix=${NB_PREFIX:-}
@@ -176,6 +190,7 @@ use_jupyters_own_authentication() {
 
 prepare_jupyter_auth() {
   ((SPAWNED_BY_JUPYTERHUB)) || take_the_base_url_from_jupyters_arguments
+  ((SPAWNED_BY_JUPYTERHUB)) || refuse_login_arguments
   JUPYTER_BASE_URL=$(read_jupyter_base_url) || exit_after_its_line
   JUPYTER_AUTH=${JUPYTER_AUTH:-token}
   if ((SPAWNED_BY_JUPYTERHUB)); then
