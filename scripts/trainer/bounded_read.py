@@ -11,6 +11,7 @@ import errno
 import os
 import pathlib
 import stat
+from typing import BinaryIO
 
 
 def size_text(size: int) -> str:
@@ -43,3 +44,18 @@ def read_regular_file(path: pathlib.Path, limit: int) -> tuple[bytes, os.stat_re
     if len(data) > limit:
         raise RefusedFile(f"grew past the {size_text(limit)} allowed while it was read")
     return data, status
+
+
+def open_regular_file(path: pathlib.Path) -> BinaryIO:
+    """PATH open for reading, where it is a regular file (a link is followed: what it names is checked). A
+    FIFO, a device or a folder raises RefusedFile at once, where open() waits for a FIFO's writer for ever:
+    a checkpoint's loader is handed only what can be read to its end."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise RefusedFile("is not a regular file")
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise

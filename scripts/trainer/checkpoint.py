@@ -27,6 +27,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
+from trainer.bounded_read import open_regular_file
+
 CHECKPOINT_NAME = re.compile(r"^step_(\d+)(\.pt)?$")
 SHARDED_KEYS = ("model", "optimizer")  # what every rank writes its own part of, in a sharded checkpoint
 TRAINING_STATE_FILE = "training_state.pt"  # the rest of a sharded checkpoint, small, from rank 0
@@ -355,7 +357,9 @@ def read_without_tensors(path: pathlib.Path, check_config: Callable[[dict[str, s
         missing = missing_shard(path)
         if missing:
             raise DamagedCheckpoint(missing)
-    state = torch.load(path / TRAINING_STATE_FILE if path.is_dir() else path, map_location="cpu", weights_only=True)
+    # Opened as a regular file first: a FIFO planted as the newest checkpoint would hang torch.load.
+    with open_regular_file(path / TRAINING_STATE_FILE if path.is_dir() else path) as file:
+        state = torch.load(file, map_location="cpu", weights_only=True)
     problem = check_config(state["config"])
     if problem:
         raise IncompatibleCheckpoint(problem)

@@ -6,6 +6,8 @@ and when none is left to resume from, one line says that training starts afresh
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from trainer.checkpoint import load_newest_checkpoint
@@ -29,6 +31,20 @@ def test_every_checkpoint_damaged_sets_each_aside_and_says_training_starts_afres
     assert lines[-1] == (f"warning: no readable checkpoint left in {tmp_path} (2 set aside as *.corrupt): "
                          f"training starts afresh at step 0")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["step_000002.pt.corrupt", "step_000004.pt.corrupt"]
+
+
+def test_a_fifo_planted_as_the_newest_checkpoint_is_set_aside_at_once_and_the_previous_one_resumed(tmp_path, capsys):
+    """Opened as torch.load opens a name, a FIFO waits for a writer for ever: the resume hung for the whole
+    stop. Anyone who can write a shared --ckpt-dir can plant one; a link to one is refused alike."""
+    torch.save({"step": 4, "config": {}}, tmp_path / "step_000004.pt")
+    os.mkfifo(tmp_path / "step_000006.pt")
+    (tmp_path / "step_000008.pt").symlink_to(tmp_path / "step_000006.pt")
+    state = load_newest_checkpoint(tmp_path, template=dict, check_config=lambda config: None, is_main=True)
+    assert state is not None and state["step"] == 4
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(" is unreadable ")[1].split(";")[0] for line in lines] == ["(is not a regular file)"] * 2, lines
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "step_000004.pt", "step_000006.pt.corrupt", "step_000008.pt.corrupt"]
 
 
 def test_a_fresh_folder_says_nothing(tmp_path, capsys):
