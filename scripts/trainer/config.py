@@ -170,6 +170,10 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
         return "--precision bf16: this GPU has no bf16 support; use --precision fp16"
     if args.compile and not on_gpu and not shutil.which(os.environ.get("CXX", "g++")):
         return "--compile on CPU needs a C++ compiler (g++), which is not installed; drop --compile"
+    if args.compile:
+        problem = check_compile_cache_runs_code()
+        if problem:
+            return problem
     problem = check_model_flags(args, world_size) if is_language_model(args.model) else check_cnn_flags(args)
     if problem:
         return problem
@@ -202,6 +206,31 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
         if problem:
             return problem
     return check_ckpt_dir(args.ckpt_dir)
+
+
+def forbids_running_code(folder: str) -> bool:
+    """Whether FOLDER, or the nearest part of it that exists, is on a mount that runs no code (noexec):
+    Docker's --tmpfs is one unless told `exec`."""
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_NOEXEC)
+    except OSError:
+        return False
+
+
+def check_compile_cache_runs_code() -> str | None:
+    """torch.compile loads the kernels it compiles from its cache folder as shared libraries, which a noexec
+    mount refuses (a read-only root's --tmpfs /tmp, where the home lies then too): the first step would end
+    in a traceback from deep in the compiler."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    folders = [cache_dir(), *filter(None, [os.environ.get("TRITON_CACHE_DIR")])]
+    refused = next((folder for folder in folders if forbids_running_code(folder)), None)
+    if refused is None:
+        return None
+    return (f"--compile: torch.compile's cache {refused} is on a mount that runs no code (noexec), so the kernels "
+            f"it compiles cannot load; mount it with exec (docker run --tmpfs /tmp:exec), point "
+            f"TORCHINDUCTOR_CACHE_DIR at a folder that allows it, or drop --compile")
 
 
 def check_metrics_file(path: pathlib.Path) -> str | None:
