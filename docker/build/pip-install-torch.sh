@@ -18,3 +18,24 @@ else
   pip install --index-url "$index_url" --extra-index-url "${PIP_INDEX_URL:-https://pypi.org/simple}" "$requirement"
 fi
 python3 -c 'import torch; print("torch", torch.__version__)'
+
+# torchvision is built against one torch, so the one for this torch comes from where torch came from: the
+# wheelhouse, or INDEX_URL, never PIP_INDEX_URL, whose torchvision is built for PyPI's own torch (a CUDA
+# build on x86_64: `import torchvision` there fails with "operator torchvision::nms does not exist").
+# torchvision 0.(Y+15).Z goes with torch 2.Y.Z. Where neither place has it, one line says so and the image
+# goes without; its index is kept for user-packages, which points a user's `pip install torchvision` at it.
+torch_version=$(python3 -c 'import importlib.metadata; print(importlib.metadata.version("torch"))')
+IFS=. read -r _ minor patch <<<"${torch_version%%+*}"
+vision="torchvision==0.$((minor + 15)).${patch%%[!0-9]*}"
+echo "$index_url" >"$(python3 -c 'import sys; print(sys.prefix)')/torch-index-url"
+if { [[ -n $wheelhouse ]] && pip install --quiet --no-index --no-deps --find-links "$wheelhouse" "$vision" 2>/dev/null; } ||
+  pip install --quiet --no-deps --retries 1 --timeout 30 --index-url "$index_url" "$vision" 2>/dev/null; then
+  if python3 -c 'import torch, torchvision.ops; torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)'; then
+    python3 -c 'import torchvision; print("torchvision", torchvision.__version__, "for torch", torchvision.version.cuda or "cpu")'
+  else
+    pip uninstall --quiet --yes torchvision
+    echo "the $vision found does not run with torch $torch_version: left out"
+  fi
+else
+  echo "$vision (for torch $torch_version) is in neither the wheelhouse nor $index_url: the image has no torchvision; pip install --index-url $index_url $vision adds it"
+fi

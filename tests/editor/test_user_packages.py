@@ -162,3 +162,54 @@ def test_a_torch_installed_past_the_pin_is_warned_about_in_every_new_shell(cache
     shell = login_shell(container, "true")
     warnings = [line for line in shell.stderr.splitlines() if "your environment holds its own torch 2.5.0" in line]
     assert len(warnings) == 1 and "pip uninstall torch" in warnings[0], shell.stderr
+
+
+def image_has(container, package: str) -> bool:
+    return container.run(f"python -c 'import {package}'").rc == 0
+
+
+def test_torchvision_in_the_image_runs_with_its_torch(containers):
+    """The build installs the torchvision made for its torch where it can get one (the wheelhouse, or
+    torch's own index), else leaves it out in one line of the build's log."""
+    container = containers(command=["sleep", "infinity"])
+    if not image_has(container, "torchvision"):
+        pytest.skip("this image was built without torchvision: neither its wheelhouse nor torch's index had "
+                    "the build for its torch (the build's log says so)")
+    nms = container.run("python -c 'import torch, torchvision.ops; "
+                        "print(torchvision.ops.nms(torch.zeros(1, 4), torch.ones(1), 0.5).tolist())'")
+    assert nms.rc == 0 and nms.stdout.split() == ["[0]"], nms.stdout + nms.stderr
+
+
+def test_pip_install_torchvision_names_the_build_for_the_images_torch_in_one_line(cache_volume, containers):
+    """`pip install torchvision` from pip's own index gets a build for another torch, which imports and then
+    fails ("operator torchvision::nms does not exist"): refused, naming the build and its index."""
+    container = containers(command=["sleep", "infinity"],
+                           options=["--volume", f"{cache_volume}:{CACHE_MOUNT}", *pip_trust_options()])
+    if image_has(container, "torchvision"):
+        pytest.skip("this image has torchvision: the torch pin covers it (test_replacing_torch_is_refused_with_one_line)")
+    before = container.run("python -c 'import torch; print(torch.__version__)'").stdout.strip()
+    refused = login_shell(container, "pip install --quiet torchvision")
+    assert refused.rc != 0
+    line = one_line(refused)
+    release, _, local = before.partition("+")
+    if local != "cpu":  # torch is its base's own build: no index has a torchvision for it
+        assert "use an image that includes torchvision" in line, line
+    else:
+        minor, patch = release.split(".")[1:3]
+        assert line.endswith(f"pip install --index-url https://download.pytorch.org/whl/cpu "
+                             f"torchvision==0.{int(minor) + 15}.{patch}+cpu"), line
+    assert login_shell(container, "python -c 'import torch; print(torch.__version__)'").stdout.strip() == before
+
+
+OWN_TORCHVISION = (OWN_TORCH.replace("torch-2.5.0", "torchvision-0.20.0").replace("Name: torch", "Name: torchvision")
+                   .replace("Version: 2.5.0", "Version: 0.20.0"))
+
+
+def test_a_users_own_package_the_image_lacks_is_not_warned_about_as_hiding_the_images(cache_volume, containers):
+    container = containers(command=["sleep", "infinity"], options=["--volume", f"{cache_volume}:{CACHE_MOUNT}"])
+    if image_has(container, "torchvision"):
+        pytest.skip("this image has torchvision: a copy of the user's does hide it, and is warned about")
+    planted = login_shell(container, OWN_TORCHVISION)
+    assert planted.rc == 0, planted.stderr
+    shell = login_shell(container, "true")
+    assert "holds its own" not in shell.stderr, shell.stderr
