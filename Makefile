@@ -76,7 +76,7 @@ TORCH_OF_FLAVORS = torch: CPU flavor $(TORCH_VERSION), GPU flavor $(NGC_TORCH_VE
 .PHONY: help
 help: ## List the targets and the variables they read
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "Variables: FLAVOR=gpu|cpu PLATFORM PLATFORMS ARM64_BASE_IMAGE ARM64_WHEELHOUSE ARM64_TORCH_VERSION VSCODE=1 IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE UP_WAIT_S"
+	@echo "Variables: FLAVOR=gpu|cpu PLATFORM PLATFORMS CYCLES SOAK_SEED SOAK_JSON ARM64_BASE_IMAGE ARM64_WHEELHOUSE ARM64_TORCH_VERSION VSCODE=1 IMAGE TAG NGC_TAG TORCH_VERSION WHEELHOUSE CA_BUNDLE PIP_INDEX_URL PYTEST_ARGS TIER ROTATION FLAVORS JUNIT_DIR HUB_IMAGE UP_WAIT_S"
 	@echo "Versions (Dockerfile defaults): NGC_TAG=$(NGC_TAG) TORCH_VERSION=$(TORCH_VERSION) CPU_BASE_IMAGE=$(CPU_BASE_IMAGE)"
 	@echo "$(TORCH_OF_FLAVORS)"
 
@@ -326,6 +326,17 @@ release-notes: ## Print the release notes: both flavors' torch, then every refer
 ngc-proposal: ## Point the Dockerfile at the newest NGC release (NGC_TAG, its torch); the PR text goes to .build/
 	@mkdir -p $(RELEASE_DIR)
 	@python3 tools/release/propose_ngc.py Dockerfile $(RELEASE_DIR)/ngc-proposal.md
+
+# The soak (tools/soak.py): CYCLES cycles of a container with trainers in every launch shape the stop covers,
+# a random wait and a random kind of stop, each stop checked; BENCHMARKS.md, "Soak", records long runs.
+CYCLES ?= 3
+SOAK_SEED ?=
+SOAK_JSON ?= $(RELEASE_DIR)/soak.json
+
+.PHONY: soak
+soak: build $(TEST_VENV) ## Cycle a container CYCLES times: trainers in every launch shape, a random stop, each checked
+	IMAGE_UNDER_TEST=$(IMAGE_REF) $(TEST_VENV)/bin/python -m tools.soak --cycles $(CYCLES) --json $(SOAK_JSON) \
+	  $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 .PHONY: bench-build
 bench-build: ## Time a cold build and a trainer-edit rebuild, size our layers (BENCH_ARGS=--prune-build-cache)
