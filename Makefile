@@ -120,14 +120,17 @@ lock: check-wheelhouse ## Pin docker/python/requirements.txt with hashes for FLA
 	  $(if $(CA_BUNDLE),--volume "$(abspath $(CA_BUNDLE)):/run/secrets/ca_bundle:ro") \
 	  $(IMAGE):base-$(FLAVOR) /docker/python/lock.sh $(FLAVOR)
 
+# A stand-in for a named platform is tagged for it, as builds are (the arm64 GPU leg: NGC_TAG=...-arm64),
+# so the amd64 stand-in is never replaced by one the amd64 GPU build would then build on, emulated.
+STANDIN_REF = nvcr.io/nvidia/pytorch:$(NGC_TAG)$(PLATFORM_SUFFIX)
 .PHONY: ngc-standin
 ngc-standin: check-wheelhouse ## Build the NGC stand-in (tests/ngc_standin) and tag it as nvcr.io/nvidia/pytorch:$(NGC_TAG)
-	docker build --file tests/ngc_standin/Dockerfile --tag nvcr.io/nvidia/pytorch:$(NGC_TAG) $(WHEELHOUSE_CONTEXT) \
+	docker build --file tests/ngc_standin/Dockerfile --tag $(STANDIN_REF) $(WHEELHOUSE_CONTEXT) \
 	  $(PLATFORM_ARG) \
-	  --build-arg TORCH_VERSION=$(TORCH_VERSION) \
+	  --build-arg TORCH_VERSION=$(TORCH_VERSION) --build-arg CPU_BASE_IMAGE=$(CPU_BASE_IMAGE) \
 	  $(if $(CA_BUNDLE),--secret id=ca_bundle$(,)src=$(CA_BUNDLE)) \
 	  .
-	@echo "tagged the STAND-IN as nvcr.io/nvidia/pytorch:$(NGC_TAG); remove it (docker image rm) before pulling the real one"
+	@echo "tagged the STAND-IN as $(STANDIN_REF); remove it (docker image rm) before pulling the real one"
 
 # Each build mounts WHEELHOUSE itself, as the Dockerfile's `wheelhouse` stage (a named build context):
 # nothing is copied into the checkout, where builds beside each other with other wheelhouses would change
@@ -211,7 +214,7 @@ suites_unless_named = $(if $(filter tests/%,$(PYTEST_ARGS)),,$(1))
 RUN_TESTS = IMAGE_UNDER_TEST=$(IMAGE_REF) IMAGE_FLAVOR=$(FLAVOR) EXPECTED_TORCH_VERSION=$(TORCH_VERSION) CA_BUNDLE=$(CA_BUNDLE) \
   $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=20 \
   $(call suites_unless_named,--tier=$(TIER) $(if $(ROTATION),--rotation=$(ROTATION))) \
-  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(FLAVOR).xml)
+  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/$(FLAVOR)$(PLATFORM_SUFFIX).xml)
 
 .PHONY: test
 test: test-unit build ## The landing tier: unit tests, then build the image and run TIER's tests of every suite
@@ -370,6 +373,12 @@ test-arm64: $(TEST_VENV) ## Build the CPU flavor for linux/arm64 (emulated on am
 	IMAGE_UNDER_TEST=$(IMAGE):$(ARM64_TAG) IMAGE_FLAVOR=cpu \
 	  $(TEST_VENV)/bin/python -m pytest --numprocesses=$(TEST_WORKERS) --dist=loadfile --durations=10 \
 	  $(if $(JUNIT_DIR),--junitxml=$(JUNIT_DIR)/arm64.xml) tests/arm64 $(PYTEST_ARGS)
+
+.PHONY: test-arm64-gpu
+test-arm64-gpu: $(TEST_VENV) ## Build the GPU flavor for linux/arm64 on the arm64 NGC stand-in and run its flavor tier
+	$(MAKE) ngc-standin PLATFORM=linux/arm64 $(ARM64_EMULATED_BUILD)
+	$(MAKE) test-image FLAVOR=gpu PLATFORM=linux/arm64 NGC_TAG=$(NGC_TAG)-arm64 TIER=flavor $(ARM64_EMULATED_BUILD) \
+	  PYTEST_ARGS="$(GPU_PASS_SKIPS) $(PYTEST_ARGS)"
 
 .PHONY: ci-registry
 ci-registry: ## Install Debian's docker-registry, which the release tests push to (as root, or with sudo)
