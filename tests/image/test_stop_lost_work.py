@@ -64,6 +64,7 @@ def nohup_job_over_ssh(containers, program: str):
     return container
 
 
+@pytest.mark.tier("full")
 def test_a_nohup_job_whose_save_fails_is_named_with_its_status(containers):
     container = nohup_job_over_ssh(containers, SAVE_FAILS)
     logs = stop(container)
@@ -73,6 +74,7 @@ def test_a_nohup_job_whose_save_fails_is_named_with_its_status(containers):
     assert container.state()["ExitCode"] == 1, logs[-3000:]
 
 
+@pytest.mark.tier("full")
 def test_the_same_job_that_saves_is_a_clean_stop(containers):
     """The control: the same shape, whose SIGTERM handler saves and exits 0."""
     saves = SAVE_FAILS.replace("sys.exit('could not save the checkpoint: [Errno 28] No space left on device')",
@@ -82,6 +84,7 @@ def test_the_same_job_that_saves_is_a_clean_stop(containers):
     assert logs.splitlines()[-1].endswith("stopped cleanly") and container.state()["ExitCode"] == 0, logs[-3000:]
 
 
+@pytest.mark.tier("full")
 def test_an_out_of_memory_kill_while_the_container_ran_makes_a_later_stop_not_clean(containers):
     container = containers(options=["--memory", "512m", "--memory-swap", "512m", "--env", "ENABLE_JUPYTER=0"])
     container.wait_until_started()

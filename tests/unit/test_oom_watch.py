@@ -6,6 +6,8 @@ The real kill, in a container with a memory limit, is in tests/image/test_stop_e
 """
 from __future__ import annotations
 
+import subprocess
+
 from oom_watch import UNLIMITED, OomWatch, describe_limit, read_number
 
 V2_EVENTS = "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n"
@@ -35,10 +37,36 @@ def test_a_look_names_only_the_kills_since_the_last(tmp_path, capsys):
     assert capsys.readouterr().err == ""
     events.write_text(V2_EVENTS.replace("oom_kill 2", "oom_kill 4"))
     watch.look()
+    watch.look()  # told at once where a process seen before has ended, else at the next look
     line = capsys.readouterr().err
-    assert "ended 2 processes of this container (the container has no memory limit, so the host ran out)" in line
+    assert "ended 2 processes of this container" in line and line.count("out-of-memory") == 1, line
+    assert "(the container has no memory limit, so the host ran out)" in line, line
     watch.look()
     assert capsys.readouterr().err == ""
+    assert watch.killed == 2
+
+
+def test_a_kill_is_told_with_the_processes_that_ended_with_it(tmp_path, capsys):
+    """The kernel's log, which names the killed process, cannot be read in a container: the line names
+    what ended between the look before the kill and the one that tells it, the killed one among them."""
+    events, limit = tmp_path / "memory.events", tmp_path / "memory.max"
+    events.write_text(V2_EVENTS)
+    limit.write_text("536870912\n")
+    watch = OomWatch(enabled=False)
+    watch.files, watch.count = (str(events), str(limit)), 2
+    victim = subprocess.Popen(["sleep", "3600"])
+    try:
+        watch.look()  # sees it running
+        victim.kill()
+        victim.wait()
+        events.write_text(V2_EVENTS.replace("oom_kill 2", "oom_kill 3"))
+        watch.look(final=True)
+    finally:
+        victim.kill()
+    line = capsys.readouterr().err
+    assert "ended 1 process of this container (among those that ended just now: " in line, line
+    assert f"{victim.pid}(sleep 3600)" in line and "memory limit is 512 MiB" in line, line
+    assert watch.killed == 1 and f"{victim.pid}(sleep 3600)" in watch.named
 
 
 def test_a_watch_without_a_readable_count_never_wakes_the_supervisor():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from stop_verdict import Signalled, exit_status, unsaved
+from stop_verdict import Signalled, command_failed, exit_status, unsaved
 
 SAVES = Signalled(10, "10(python train.py)", counts_unhandled=True, handles_sigterm=True, ignores_sigterm=False)
 UNHANDLED = Signalled(11, "11(python word_language_model/main.py)", counts_unhandled=True, handles_sigterm=False,
@@ -37,6 +37,13 @@ def test_what_loses_nothing_by_dying_of_sigterm_and_what_the_stop_names_itself_a
     named by the stop as still running when step 3 came."""
     assert unsaved({13: WATCH}, {}) == [] and unsaved({13: WATCH}, {13: 143}) == []
     assert unsaved({12: IGNORES}, {}) == []
+
+
+def test_a_command_that_holds_the_work_failed_only_with_a_status_step_3_does_not_give():
+    """bash -c 'torchrun ...' passes on torchrun's 1 when the workers died; `sleep infinity` ends with
+    143 at step 3 and a shell hung up with 129, having lost nothing."""
+    assert command_failed(1) and command_failed(2)
+    assert not any(command_failed(status) for status in (None, 0, 143, 129))
 
 
 @pytest.mark.parametrize("ended_by, clean, status, hub, expected", [

@@ -93,6 +93,10 @@ class OomWatch:
         self.killed = 0
         self.ended_near_kills: list[str] = []
         self.processes = running({}) if self.count is not None else {}
+        # Kills counted but not yet told: the killed process may still be exiting when the count grows.
+        self.untold = 0
+        self.before_the_kill: dict[int, str] = {}
+        self.looks_since_the_kill = 0
 
     @property
     def named(self) -> str:
@@ -102,16 +106,29 @@ class OomWatch:
     def seconds_left(self) -> float:
         return max(0.0, self.due - time.monotonic()) if self.files else float("inf")
 
-    def look(self) -> None:
+    def look(self, final: bool = False) -> None:
+        """Reads the count; a kill is told once a process seen before it has ended (the killed one is still
+        exiting when the count grows), or at the next look, or now where FINAL (the stop's last look)."""
         self.due = time.monotonic() + CHECK_S
         if not self.files or self.count is None:
             return
         count = read_number(self.files[0], "oom_kill")
-        before, self.processes = self.processes, running(self.processes)
-        if count is None or count <= self.count:
+        now = running(self.processes)
+        if count is not None and count > self.count:
+            if not self.untold:
+                self.before_the_kill, self.looks_since_the_kill = self.processes, 0
+            self.untold, self.count = self.untold + count - self.count, count
+        self.processes = now
+        if not self.untold:
             return
-        killed, self.count = count - self.count, count
-        ended = [name for pid, name in before.items() if pid not in self.processes]
+        ended = [name for pid, name in self.before_the_kill.items() if pid not in now]
+        self.looks_since_the_kill += 1
+        if not ended and self.before_the_kill and self.looks_since_the_kill < 2 and not final:
+            return
+        self.tell(self.untold, ended)
+        self.untold, self.before_the_kill = 0, {}
+
+    def tell(self, killed: int, ended: list[str]) -> None:
         self.killed += killed
         self.ended_near_kills = (self.ended_near_kills + ended)[-NAMED_AT_MOST:]
         among = f" (among those that ended just now: {' '.join(ended[:NAMED_AT_MOST])})" if ended else ""

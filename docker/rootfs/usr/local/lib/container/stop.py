@@ -83,12 +83,13 @@ class Stop:
         """SIGTERM to PIDS as work; how each took SIGTERM is read first, and its exit status kept where the
         supervisor reaps it, for the verdict (stop_verdict.py). Returns those that could not be signalled."""
         bit = 1 << (signal.SIGTERM - 1)
+        parents = {process.parent for process in table.values()}
         for pid in pids:
             if pid not in self.signalled:
                 handled, ignored = process_table.signal_masks(pid)
                 process = table.get(pid)
                 counts = process is not None and stop_policy.is_python(process) \
-                    and not stop_policy.is_kernel(process)
+                    and not stop_policy.is_kernel(process) and pid not in parents
                 self.signalled[pid] = stop_verdict.Signalled(pid, describe([pid], table), counts,
                                                              bool(handled & bit), bool(ignored & bit))
         self.children.kept.update(pids)
@@ -220,14 +221,14 @@ class Stop:
         kernel's out-of-memory killer ended while the container ran: never a clean stop."""
         command = self.children.status.get(self.command) if self.command_ran_into_the_stop else None
         lost = stop_verdict.unsaved(self.signalled, self.children.status)
-        if command and self.command not in self.signalled:
+        if self.command not in self.signalled and stop_verdict.command_failed(command):
             lost.append(f"the command {self.command} exited with status {command}")
         if lost:
             self.clean = False
             more = f"; and {len(lost) - DESCRIBED_AT_MOST} more" if len(lost) > DESCRIBED_AT_MOST else ""
             warn(f"ended without saving: {'; '.join(lost[:DESCRIBED_AT_MOST])}{more}")
         if self.oom is not None:
-            self.oom.look()  # a kill during the stop itself
+            self.oom.look(final=True)  # a kill during the stop itself, and one not yet told
         if self.oom is not None and self.oom.killed:
             self.clean = False
             killed = f"{self.oom.killed} process{'es' if self.oom.killed > 1 else ''}"

@@ -14,13 +14,17 @@ import signal
 from collections.abc import Mapping
 
 DIED_OF_SIGTERM = 128 + signal.SIGTERM
+# What step 3's own signals give a session holder (a shell, sleep): it had nothing left to run.
+ENDED_BY_STEP_3 = (DIED_OF_SIGTERM, 128 + signal.SIGHUP)
 
 
 @dataclasses.dataclass(frozen=True)
 class Signalled:
     """A process the stop sent SIGTERM as work, as it was when sent. shown: PID(command), as the log names
-    it. counts_unhandled: a Python program other than a notebook kernel, whose death by an unhandled SIGTERM
-    loses its work (a kernel's idle state, `watch nvidia-smi` or `tail -f` lose nothing by it)."""
+    it. counts_unhandled: a Python program other than a notebook kernel, with nothing running below it,
+    whose death by an unhandled SIGTERM loses its work. A kernel's idle state, `watch nvidia-smi` or `tail
+    -f` lose nothing by it, nor does a launcher (`subprocess.run` of a trainer): what runs below it
+    becomes the next top, signalled and judged itself."""
     pid: int
     shown: str
     counts_unhandled: bool
@@ -43,6 +47,13 @@ def unsaved(signalled: Mapping[int, Signalled], statuses: Mapping[int, int]) -> 
         elif status:
             lines.append(f"{process.shown} exited with status {status} after its SIGTERM")
     return lines
+
+
+def command_failed(status: int | None) -> bool:
+    """Whether the command, where the stop did not signal it as work (a holder: `bash -c 'torchrun ...'`),
+    ended failing: a status other than 0 and than those step 3's signals give a holder. bash passes on
+    torchrun's 1 when its workers died; `sleep infinity` ends with 143 at step 3, having lost nothing."""
+    return status is not None and status not in (0, *ENDED_BY_STEP_3)
 
 
 def exit_status(ended_by: str, clean: bool, status: int = 0, spawned_by_hub: bool = False) -> int:
