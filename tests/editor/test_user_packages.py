@@ -168,6 +168,7 @@ def image_has(container, package: str) -> bool:
     return container.run(f"python -c 'import {package}'").rc == 0
 
 
+@pytest.mark.tier("full")
 def test_torchvision_in_the_image_runs_with_its_torch(containers):
     """The build installs the torchvision made for its torch where it can get one (the wheelhouse, or
     torch's own index), else leaves it out in one line of the build's log."""
@@ -205,6 +206,7 @@ OWN_TORCHVISION = (OWN_TORCH.replace("torch-2.5.0", "torchvision-0.20.0").replac
                    .replace("Version: 2.5.0", "Version: 0.20.0"))
 
 
+@pytest.mark.tier("full")
 def test_a_users_own_package_the_image_lacks_is_not_warned_about_as_hiding_the_images(cache_volume, containers):
     container = containers(command=["sleep", "infinity"], options=["--volume", f"{cache_volume}:{CACHE_MOUNT}"])
     if image_has(container, "torchvision"):

@@ -94,9 +94,12 @@ def test_a_base_url_argument_that_disagrees_with_the_setting_stops_the_start_wit
     assert "JUPYTER_BASE_URL=/b/ and JupyterLab's argument --ServerApp.base_url /a/ disagree" in errors[0], errors
 
 
-@pytest.mark.parametrize("arguments", [["--IdentityProvider.token="], ["--PasswordIdentityProvider.token", "x"],
-                                       ["--ServerApp.token="], ["--ServerApp.password=sha1:0"]],
-                         ids=["identity-provider", "password-identity-provider", "server-token", "server-password"])
+@pytest.mark.parametrize("arguments", [
+    ["--IdentityProvider.token="],
+    pytest.param(["--PasswordIdentityProvider.token", "x"], marks=pytest.mark.tier("full")),
+    pytest.param(["--ServerApp.token="], marks=pytest.mark.tier("full")),
+    pytest.param(["--ServerApp.password=sha1:0"], marks=pytest.mark.tier("full")),
+], ids=["identity-provider", "password-identity-provider", "server-token", "server-password"])
 def test_a_login_argument_stops_the_start_with_one_line(image, arguments):
     """`start-services --IdentityProvider.token=''` was overridden by the image's login without a word."""
     result = run_container_to_completion(image, command=["start-services", *arguments],
