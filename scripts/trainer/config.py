@@ -10,6 +10,7 @@ import ipaddress
 import math
 import os
 import pathlib
+import pwd
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -334,8 +335,26 @@ def check_folder_to_write(flag: str, folder: pathlib.Path) -> str | None:
     if not nearest.is_dir():
         return f"{flag} {folder}: {nearest} is not a directory"
     if not os.access(nearest, os.W_OK | os.X_OK):
-        return f"{flag} {folder}: {nearest} is not writable"
+        return f"{flag} {folder}: {nearest} is not writable{owned_by_another(nearest)}"
     return None
+
+
+def owned_by_another(path: pathlib.Path) -> str:
+    """Who made PATH, where it is not this user: a run started as root (`docker exec` without --user) leaves
+    a folder only root can write, and the next run, as the container's user, cannot save there."""
+    owner, me = path.stat().st_uid, os.getuid()
+    if owner == me:
+        return ""
+    return (f": it belongs to {user_name(owner)}, and this run is {user_name(me)}; a run as {user_name(owner)} "
+            f"made it (docker exec runs as root unless given --user). Give it to yourself as that user "
+            f"(docker exec --user {owner} CONTAINER chown -R {me} {path}), or use another folder")
+
+
+def user_name(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
 
 
 # Settings that decide the model's parameter shapes: a checkpoint made with other values cannot be resumed.

@@ -99,3 +99,19 @@ def test_a_folder_made_unwritable_mid_run_ends_every_rank_with_the_same_one_line
     # torchrun's agent reports the failed workers with a traceback of its own (ChildFailedError); no worker does,
     # and no rank is left to time out in a collective.
     assert log.count("Traceback") == 1 and "ChildFailedError" in log and "Connection closed" not in log, log
+
+
+def test_a_folder_a_run_as_root_made_is_refused_to_the_user_in_one_line_that_names_the_fix(training_container):
+    """`docker exec` without --user runs as root: its run leaves a --ckpt-dir only root can write, and the
+    user's resume must say whose it is and how to take it back, not only that it is not writable."""
+    if torch_tests_run_on_host():
+        pytest.skip("needs the image's container: root and the container's user in one place")
+    folder = "/tmp/made-by-root"
+    run = f"{trainer_command(nproc=None, timeout_s=180)} {TINY_RUN} --num-workers 0 --ckpt-dir {folder}"
+    made = training_container.run(f"{run} --max-steps 2", user=None)
+    assert made.rc == 0, made.stderr[-2000:]
+    resumed = training_container.run(f"{run} --max-steps 4")
+    errors = [line for line in resumed.stderr.splitlines() if "error:" in line]
+    assert resumed.rc == 2 and len(errors) == 1, resumed.stderr[-2000:]
+    assert "belongs to root (uid 0), and this run is dev (uid 1000)" in errors[0], errors
+    assert f"docker exec --user 0 CONTAINER chown -R 1000 {folder}" in errors[0], errors
