@@ -67,6 +67,7 @@ class FirstStep:
     step_s: float  # the whole first step, its compile included
     compile: CompileCounts | None  # None without --compile
     cache_dir: str | None = None  # Inductor's cache folder, where torch's default (lost with the container)
+    cache_why: str = "is not writable"  # what kept it out of ~/.cache
 
     @property
     def total_s(self) -> float:
@@ -79,7 +80,7 @@ class FirstStep:
         parts.append(f"the step itself {self.step_s - self.compile_s:.1f} s")
         line = f"first step {self.total_s:.1f} s after the process started: {', '.join(parts)}"
         if self.cache_dir:
-            line += (f"; the compile cache {self.cache_dir} is lost with the container (~/.cache is not writable: "
+            line += (f"; the compile cache {self.cache_dir} is lost with the container (~/.cache {self.cache_why}: "
                      f"set TORCHINDUCTOR_CACHE_DIR to a kept folder)")
         return line
 
@@ -119,8 +120,15 @@ class FirstStepClock:
             counts = torch.tensor([mine.hits, mine.misses], dtype=torch.int64)
             dist.all_reduce(counts, group=group)
             compiled = CompileCounts(mine.seconds, int(counts[0]), int(counts[1]))
-        return FirstStep(self.startup_s, self.step_started - self.resume_started, step_s, compiled,
-                         inductor_cache_lost() if self.compiling else None)
+        lost = inductor_cache_lost() if self.compiling else None
+        return FirstStep(self.startup_s, self.step_started - self.resume_started, step_s, compiled, lost,
+                         why_the_cache_is_lost())
+
+
+def why_the_cache_is_lost() -> str:
+    """What kept the image's rule from ~/.cache ("is not writable", or that it is nearly full)."""
+    image_rule = sys.modules.get("container_compile_cache")
+    return getattr(image_rule, "why", "") or "is not writable"
 
 
 def inductor_cache_lost() -> str | None:

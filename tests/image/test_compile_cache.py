@@ -53,7 +53,9 @@ def test_every_way_in_compiles_into_the_users_cache(containers):
     (["--env", "TORCHINDUCTOR_CACHE_DIR=/workspace/inductor"], "/workspace/inductor /workspace/inductor/triton/0"),
     # Start-up gives a uid without a writable home one of its own, /tmp/home-UID (start/user.sh).
     (["--user", "12345:12345"], "/tmp/home-12345/.cache/torchinductor /tmp/home-12345/.cache/triton"),
-], ids=["command-mode", "users-own-folder", "any-uid"])
+    # A ~/.cache on a disk with little left, as a full home volume: a compile there would fail on ENOSPC.
+    (["--tmpfs", "/home/dev/.cache:size=1m,uid=1000,gid=1000"], "/tmp/torchinductor_dev /tmp/torchinductor_dev/triton/0"),
+], ids=["command-mode", "users-own-folder", "any-uid", "nearly-full-cache"])
 def test_command_mode_compiles_into_the_users_cache_unless_told_otherwise(image, options, expected):
     result = run_container_to_completion(image, ["python", "-c", WHERE], options=options)
     assert result.returncode == 0 and result.stdout.split()[-2:] == expected.split(), result.stdout + result.stderr

@@ -83,3 +83,14 @@ def test_a_cache_that_is_a_link_to_a_folder_is_used(home, tmp_path):
     (home / ".cache").symlink_to(tmp_path / "scratch")
     container_compile_cache.keep_compile_caches_in_the_users_cache()
     assert chosen() == (f"{home}/.cache/torchinductor", f"{home}/.cache/triton")
+
+
+def test_a_cache_disk_with_too_little_room_leaves_torchs_default_and_says_why(home, monkeypatch):
+    """A full home volume: every compile into it failed on ENOSPC, where torch's default would have worked.
+    (The real full disk is tests/image/test_compile_cache.py's; here the threshold is past any disk's size.)"""
+    monkeypatch.setattr(container_compile_cache, "MIN_FREE_BYTES", 1 << 62)
+    monkeypatch.setattr(container_compile_cache, "fell_back", False)
+    monkeypatch.setattr(container_compile_cache, "why", "")
+    container_compile_cache.keep_compile_caches_in_the_users_cache()
+    assert chosen() == (None, None) and container_compile_cache.fell_back
+    assert container_compile_cache.why == f"has under {(1 << 62) >> 20} MiB free"
