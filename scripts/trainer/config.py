@@ -209,13 +209,16 @@ def check_compatible(args: argparse.Namespace, world_size: int) -> str | None:
     return check_ckpt_dir(args.ckpt_dir)
 
 
+def nearest_existing(folder: pathlib.Path) -> pathlib.Path:
+    """FOLDER, or the nearest of its parents that exists: what a folder not yet made will live on."""
+    return next(path for path in [folder, *folder.parents] if path.exists())
+
+
 def forbids_running_code(folder: str) -> bool:
     """Whether FOLDER, or the nearest part of it that exists, is on a mount that runs no code (noexec):
     Docker's --tmpfs is one unless told `exec`."""
-    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
     try:
-        return bool(os.statvfs(folder).f_flag & os.ST_NOEXEC)
+        return bool(os.statvfs(nearest_existing(pathlib.Path(folder))).f_flag & os.ST_NOEXEC)
     except OSError:
         return False
 
@@ -331,7 +334,7 @@ def check_ckpt_dir(ckpt_dir: pathlib.Path) -> str | None:
 def check_folder_to_write(flag: str, folder: pathlib.Path) -> str | None:
     """A problem that would stop FLAG's FOLDER being created (with its parents) or written, found before
     the process group starts: a file in its path, or a nearest existing folder we may not write."""
-    nearest = next(path for path in [folder, *folder.parents] if path.exists())
+    nearest = nearest_existing(folder)
     if not nearest.is_dir():
         return f"{flag} {folder}: {nearest} is not a directory"
     if not os.access(nearest, os.W_OK | os.X_OK):

@@ -227,9 +227,10 @@ class Stop:
             self.clean = False
             more = f"; and {len(lost) - DESCRIBED_AT_MOST} more" if len(lost) > DESCRIBED_AT_MOST else ""
             warn(f"ended without saving: {'; '.join(lost[:DESCRIBED_AT_MOST])}{more}")
-        if self.oom is not None:
-            self.oom.look(final=True)  # a kill during the stop itself, and one not yet told
-        if self.oom is not None and self.oom.killed:
+        if self.oom is None:
+            return
+        self.oom.look(final=True)  # a kill during the stop itself, and one not yet told
+        if self.oom.killed:
             self.clean = False
             killed = f"{self.oom.killed} process{'es' if self.oom.killed > 1 else ''}"
             warn(f"the kernel's out-of-memory killer ended {killed} of this container while it ran, unsaved: "
