@@ -56,8 +56,8 @@ from trainer.checkpointer import CheckpointFailure, Checkpointer
 from trainer.config import parse_config
 from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages, SyntheticTokens,
                           TokenFile, detach_from_terminal_signals, load_image_folder)
-from trainer.distributed import (SAVE_SIGNAL, Placement, StopSignal, choose_device, finish_process_group,
-                                 read_placement, start_process_group)
+from trainer.distributed import (SAVE_SIGNAL, Placement, StoppedWithNothingToSave, StopSignal, choose_device,
+                                 finish_process_group, read_placement, start_process_group)
 from trainer.first_step import FirstStep, FirstStepClock
 from trainer.gpt import flops_per_token
 from trainer.metrics import (MetricsReporter, RankTotals, count_training_flops_per_sample, peak_flops,
@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
             if placement.local_rank == 0:
                 print(f"train_ddp.py: error: {error}", file=sys.stderr, flush=True)
             return error.status
+        except StoppedWithNothingToSave as stopped:  # in the first step (compiling, maybe): it ends at once
+            if placement.is_main:
+                print(f"stopped by {stopped.signal_name} in the first step, before anything was trained since the "
+                      f"start or the checkpoint: nothing to save; run the same command again to resume", flush=True)
         finally:
             finish_process_group()
     return 0
@@ -159,7 +163,8 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
         if asked.save:
             checkpointer.save_now(f"{SAVE_SIGNAL.name} asked for a checkpoint")
         lr = state.scheduler.get_last_lr()[0]
-        loss_sum += train_one_step(state)
+        with stop.nothing_to_lose(state.step == start_step):  # the first step: nothing trained since the start
+            loss_sum += train_one_step(state)
         state.scheduler.step()
         state.step += 1
         prometheus.step_finished(state.step)

@@ -1,6 +1,7 @@
 """Process-group setup and teardown, and the stop vote that lets all ranks halt on the same step."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import gc
@@ -8,6 +9,7 @@ import math
 import os
 import signal
 import time
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -87,6 +89,17 @@ class Requests(NamedTuple):
     save: bool
 
 
+class StoppedWithNothingToSave(BaseException):
+    """A stop signal while this run had trained nothing since its checkpoint or its start: in its first step,
+    which under --compile is mostly compiling, for minutes on a CPU. Nothing is lost by ending at once, so
+    the process does, rather than keep the stop waiting out its grace period and be killed mid-compile.
+    A BaseException, as KeyboardInterrupt is: the compiler's `except Exception` must not swallow it."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
 class StopSignal:
     """Remembers a stop signal (STOP_SIGNALS) instead of dying of it, so training can stop at a step
     boundary, and SAVE_SIGNAL as a request for a checkpoint at the next one. The handler only records: a
@@ -110,6 +123,7 @@ class StopSignal:
         self._saves_voted = 0
         self.save_answered_at = -math.inf  # time.monotonic() of the last vote that made the ranks save
         self._replaced: dict[signal.Signals, Any] = {}
+        self._ends_at_once = False  # inside nothing_to_lose(): a stop signal ends the process there and then
 
     def __enter__(self) -> StopSignal:
         for handled in (*STOP_SIGNALS, SAVE_SIGNAL):
@@ -129,6 +143,23 @@ class StopSignal:
                 self.saves_asked += 1
         else:
             self.received = signal.Signals(signum).name
+            if self._ends_at_once:
+                self._ends_at_once = False
+                raise StoppedWithNothingToSave(self.received)
+
+    @contextlib.contextmanager
+    def nothing_to_lose(self, nothing: bool) -> Iterator[None]:
+        """Where NOTHING, a stop signal inside (or one already received) raises StoppedWithNothingToSave
+        instead of waiting for the step boundary. Every rank gets the signal from a container's stop,
+        torchrun or Slurm; a rank signalled alone ends the others' step with a connection error, and
+        torchrun restarts them from the same checkpoint: nothing is lost either way."""
+        if nothing and self.received:
+            raise StoppedWithNothingToSave(self.received)
+        self._ends_at_once = nothing
+        try:
+            yield
+        finally:
+            self._ends_at_once = False
 
     def agree(self, control_group: dist.ProcessGroup) -> Requests:
         """What any rank was asked, the same on every rank at the same step: all ranks stop on the step

@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -90,3 +91,31 @@ def test_compiled_code_signed_by_someone_else_costs_one_line_and_the_run_trains_
         f"wrote it; compiling afresh"], output
     assert "compiled code loaded" not in output and "Traceback" not in output, output
     assert records[0]["step"] == 3 and "compile_s" in records[0], records[0]
+
+
+def test_a_stop_in_the_first_steps_compile_ends_it_at_once_and_the_run_starts_again(tmp_path):
+    """SIGTERM while the first step compiles (minutes on a CPU for a real model): nothing was trained since
+    the start, so the trainer ends there and then, exit 0 with one line, instead of keeping a container's
+    stop waiting until it is killed mid-compile; the same command then trains."""
+    if not shutil.which(os.environ.get("CXX", "g++")):
+        pytest.skip("--compile on a CPU needs g++, which this host lacks")
+    ckpt, cache, key = tmp_path / "ckpt", tmp_path / "cache", tmp_path / "key"
+    trainer = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "scripts" / "train_ddp.py"), *COMPILED_RUN, "--max-steps", "2",
+         "--ckpt-dir", str(ckpt)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache), KEY_FILE_VARIABLE: str(key)})
+    lines = []
+    for line in trainer.stdout:  # the start line comes just before the first step, and its compile, begin
+        lines.append(line)
+        if line.startswith("training tiny"):
+            break
+    trainer.send_signal(signal.SIGTERM)
+    output = "".join(lines) + trainer.communicate(timeout=600)[0]
+    assert trainer.returncode == 0, output
+    assert output.splitlines()[-1] == (
+        "stopped by SIGTERM in the first step, before anything was trained since the start or the checkpoint: "
+        "nothing to save; run the same command again to resume"), output
+    assert "first step" not in output.replace("in the first step", ""), "the compile was waited for"
+    assert not list(ckpt.glob("step_*")) and "Traceback" not in output, output
+    output, records = train(ckpt, cache, 2, key)
+    assert "done: 2 steps" in output and records[-1]["step"] == 2, output

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support import REPO_ROOT
-from trainer.distributed import STOP_SIGNALS, StopSignal
+from trainer.distributed import STOP_SIGNALS, StoppedWithNothingToSave, StopSignal
 
 
 def users_handler(signum: int, frame: object) -> None:
@@ -41,6 +41,25 @@ def test_a_signal_ignored_on_entry_stays_ignored_and_the_others_are_recorded(han
         assert stop.received is None
         os.kill(os.getpid(), signal.SIGTERM)
         assert stop.received == "SIGTERM"
+
+
+def test_a_stop_signal_with_nothing_to_lose_ends_there_and_then_and_otherwise_waits_for_the_boundary(
+        handlers_as_a_nohup_kernel_has_them):
+    with StopSignal() as stop:
+        with stop.nothing_to_lose(False):  # a later step: the signal is recorded for the step boundary
+            os.kill(os.getpid(), signal.SIGINT)
+        assert stop.received == "SIGINT"
+    with StopSignal() as stop, pytest.raises(StoppedWithNothingToSave) as stopped:
+        with stop.nothing_to_lose(True):  # the first step: nothing trained since the checkpoint
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise AssertionError("the signal did not end the step")
+    assert stopped.value.signal_name == "SIGTERM"
+    with StopSignal() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)  # between the vote and the step: the step does not begin
+        with pytest.raises(StoppedWithNothingToSave), stop.nothing_to_lose(True):
+            raise AssertionError("the step began")
+        os.kill(os.getpid(), signal.SIGINT)  # outside it: recorded, never raised
+        assert stop.received == "SIGINT"
 
 
 def test_every_handler_is_put_back_on_exit_normal_or_not(handlers_as_a_nohup_kernel_has_them):
