@@ -111,14 +111,35 @@ build: check-wheelhouse ## Build $(IMAGE):$(TAG) for FLAVOR (gpu: NGC base, cpu:
 	@python3 tools/release/provenance.py $(IMAGE_REF) $(BASE_REF) $(RELEASE_DIR) $(PROVENANCE_BUILD_ARGS) >/dev/null
 	@$(MAKE) --no-print-directory sbom
 
+# The lock holds on every platform the image is built for: each resolves it inside its own base, and
+# docker/python/merge_locks.py writes one file (a pin that differs names its platform_machine).
+LOCK_PLATFORMS ?= linux/amd64,linux/arm64
+LOCK_FILE = $(PYTHON_PACKAGES)/requirements-$(FLAVOR).lock
+PYTHON_PACKAGES := docker/python
+# The arm64 leg on another host: the offline base and wheelhouse of arm64-prerequisites, where they are
+# here (this project's CI); elsewhere the Dockerfile's own base and torch, pulled for arm64.
+ARM64_LOCK_SETTINGS = $(if $(filter linux/arm64,$(1)),$(if $(shell docker image inspect $(ARM64_BASE_IMAGE) >/dev/null 2>&1 && echo here),$(ARM64_EMULATED_BUILD)))
 .PHONY: lock
-lock: check-wheelhouse ## Pin docker/python/requirements.txt with hashes for FLAVOR, resolved inside its base image
-	docker build --file Dockerfile --target base-$(FLAVOR) --tag $(IMAGE):base-$(FLAVOR) $(WHEELHOUSE_CONTEXT) \
-	  $(PLATFORM_ARG) $(BUILD_ARGS) .
+lock: ## Pin docker/python/requirements.txt with hashes for FLAVOR, resolved inside its base for each of LOCK_PLATFORMS
+	@rm -rf .build/locks && mkdir -p .build/locks
+	$(foreach platform,$(subst $(,), ,$(LOCK_PLATFORMS)),$(MAKE) --no-print-directory lock-one \
+	  PLATFORM=$(platform) $(call ARM64_LOCK_SETTINGS,$(platform)) && ) true
+	python3 docker/python/merge_locks.py $(LOCK_FILE) .build/locks/*.lock
+
+# Each platform's resolution starts from the committed lock, whose versions uv keeps where they still fit
+# (as pip-compile does); LOCK_UPGRADE=1 takes the newest the ranges allow.
+LOCK_UPGRADE ?=
+LOCK_OUTPUT = .build/locks/requirements-$(FLAVOR)-$(word 2,$(subst /, ,$(PLATFORM))).lock
+.PHONY: lock-one
+lock-one: check-wheelhouse
+	docker build --file Dockerfile --target base-$(FLAVOR) $(WHEELHOUSE_CONTEXT) \
+	  --tag $(IMAGE):base-$(FLAVOR)$(PLATFORM_SUFFIX) $(PLATFORM_ARG) $(BUILD_ARGS) .
+	@mkdir -p .build/locks && if [ -f $(LOCK_FILE) ]; then cp $(LOCK_FILE) $(LOCK_OUTPUT); fi
 	docker run --rm $(PLATFORM_ARG) --user 0 --entrypoint bash --env LOCK_OWNER=$$(id -u):$$(id -g) \
-	  --env PIP_INDEX_URL=$(PIP_INDEX_URL) --volume "$(CURDIR)/docker:/docker" \
+	  --env PIP_INDEX_URL=$(PIP_INDEX_URL) --env LOCK_UPGRADE=$(LOCK_UPGRADE) --volume "$(CURDIR)/docker:/docker:ro" \
+	  --volume "$(CURDIR)/.build/locks:/locks" \
 	  $(if $(CA_BUNDLE),--volume "$(abspath $(CA_BUNDLE)):/run/secrets/ca_bundle:ro") \
-	  $(IMAGE):base-$(FLAVOR) /docker/python/lock.sh $(FLAVOR)
+	  $(IMAGE):base-$(FLAVOR)$(PLATFORM_SUFFIX) /docker/python/lock.sh $(FLAVOR) /$(LOCK_OUTPUT:.build/%=%)
 
 # A stand-in for a named platform is tagged for it, as builds are (the arm64 GPU leg: NGC_TAG=...-arm64),
 # so the amd64 stand-in is never replaced by one the amd64 GPU build would then build on, emulated.
