@@ -1,12 +1,13 @@
 """One tag for amd64 and arm64: the arm64 build under test and the amd64 build of the same TAG, released as
-a publisher does it, into a real registry, with a cosign key pair made here.
+a publisher does it (push, zstd, sign), into a real registry, with a cosign key pair made here.
 
     make build FLAVOR=cpu && make test-arm64      # the image under test is $(IMAGE):cpu-latest-arm64
 
 `make push PLATFORMS=linux/amd64,linux/arm64` puts one OCI index under every release tag, `make sign` signs
 it and each entry (each attested with its own platform's SBOM and provenance), `make verify` checks the
 index and the entry of the platform asked for, and `docker pull` of the tag gets each platform its own
-image. An index whose entry was swapped, signed or not, fails `make verify`; builds that are not one release
+image. `make zstd` gives every tag a `-zstd` index of each platform's zstd image, signed and verified alike.
+An index whose entry was swapped, signed or not, fails `make verify`; builds that are not one release
 are refused in one line. On this machine the arm64 build has another torch (docs/testing.md), so the push
 runs with ALLOW_PLATFORM_DIFFERENCES=1, as a publisher in that position must.
 """
@@ -106,6 +107,8 @@ def release(tmp_path_factory: pytest.TempPathFactory, image: str) -> Iterator[Tw
         variables = (f"REGISTRY={registry}", f"RELEASE_DIR={directory}", f"PLATFORMS={PLATFORMS}")
         pushed = release_make("push", amd64, *variables)
         assert pushed.returncode == 0, pushed.stderr
+        zstd = release_make("zstd", amd64, *variables[1:])
+        assert zstd.returncode == 0, zstd.stderr
         signed = release_make("sign", amd64, f"COSIGN_KEY={keys / 'cosign.key'}", *variables[1:])
         assert signed.returncode == 0, signed.stdout + signed.stderr
         tags = make("tags", amd64, "cpu").stdout.split()
@@ -205,6 +208,44 @@ def test_builds_that_are_not_one_release_and_missing_builds_are_refused_in_one_l
     assert not list(tmp_path.glob("pushed-*")), "a refused push recorded something to sign"
 
 
-def test_zstd_says_in_one_line_it_does_not_make_indexes_yet(release):
-    line = one_error_line(release_make("zstd", release.builds["linux/amd64"], f"RELEASE_DIR={release.directory}"))
-    assert "several platforms" in line, line
+def test_every_zstd_tag_is_one_index_of_each_platforms_zstd_image_signed_and_pulled_as_that_build(release):
+    path = release.path()
+    for tag in release.tags:
+        gzip_index = registry_api(release.registry, f"/v2/{path}/manifests/{tag}", INDEX_TYPES)
+        zstd_index = registry_api(release.registry, f"/v2/{path}/manifests/{tag}-zstd", INDEX_TYPES)
+        assert [entry["platform"] for entry in zstd_index["manifests"]] == \
+            [entry["platform"] for entry in gzip_index["manifests"]], zstd_index
+        for gzip_entry, zstd_entry in zip(gzip_index["manifests"], zstd_index["manifests"], strict=True):
+            assert zstd_entry["annotations"] == gzip_entry["annotations"]
+            gzip_image = registry_api(release.registry, f"/v2/{path}/manifests/{gzip_entry['digest']}", MANIFEST_TYPES)
+            zstd_image = registry_api(release.registry, f"/v2/{path}/manifests/{zstd_entry['digest']}", MANIFEST_TYPES)
+            assert zstd_image["config"] == gzip_image["config"], "the image id must not change"
+            kinds = [layer["mediaType"].rpartition("+")[2] for layer in zstd_image["layers"]]
+            # Each platform's own base layers stay the very gzip blobs; ours are zstd, and there are some.
+            base_layers = kinds.index("zstd")
+            assert set(kinds[base_layers:]) == {"zstd"}, kinds
+            assert [layer["digest"] for layer in zstd_image["layers"][:base_layers]] == \
+                [layer["digest"] for layer in gzip_image["layers"][:base_layers]]
+    zstd_reference = release.reference(f"{release.tags[0]}-zstd")
+    for platform in release.builds:
+        result = verify(zstd_reference, release.public_key, platform)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines()[-1].startswith(f"verified {release.repository}@"), result.stdout
+    try:
+        for platform, build in release.builds.items():
+            docker("pull", "--platform", platform, zstd_reference, timeout=RELEASE_TIMEOUT_S)
+            assert image_id(zstd_reference) == image_id(build), platform
+    finally:
+        docker("image", "rm", zstd_reference, check=False)
+
+
+def test_zstd_without_a_platforms_provenance_ends_in_one_line_and_publishes_nothing(release, tmp_path):
+    directory = tmp_path / "release"
+    shutil.copytree(release.directory, directory)
+    for provenance in directory.glob("provenance-*-arm64.json"):
+        provenance.unlink()
+    pushed = next(directory.glob("pushed-*.txt"))
+    before = pushed.read_text()
+    line = one_error_line(release_make("zstd", release.builds["linux/amd64"], f"RELEASE_DIR={directory}"))
+    assert "names the base of the linux/arm64 build" in line and "nothing was published" in line, line
+    assert pushed.read_text() == before

@@ -11,6 +11,10 @@ uncompressed content, and the image's config and id, stay the same), compressed 
 ZSTD_LEVEL (default 9) and uploaded; the manifest is rewritten in OCI media types. Docker Engine 23+,
 containerd 1.5+ and Podman pull it; older engines keep pulling the default (gzip) tags.
 The references it published are added to RELEASE_DIR/pushed-<immutable tag>.txt, so `make sign` signs them.
+
+A release of several platforms (make push PLATFORMS=...) gets the same, entry by entry: each platform's
+image as `<its entry tag>-zstd`, with the layers of the base that platform's build was made on (its
+provenance names it) kept byte-identical, and one index of those under every `<tag>-zstd`.
 """
 from __future__ import annotations
 
@@ -24,8 +28,9 @@ import sys
 import tempfile
 import zlib
 
-from platforms import is_index
-from registry_api import Registry
+from platforms import OCI_INDEX, architecture, is_index, local_builds
+from provenance import provenance_file_name
+from registry_api import MANIFEST_LIMIT, Registry
 from sign import pushed_file, read_pushed
 from tags import ReleaseError, read_labels, run_command
 
@@ -112,24 +117,81 @@ def publish_zstd(image: str, base_ref: str, release_dir: str) -> list[str]:
     repository = gzip_refs[0][0].rpartition(":")[0]
     registry = Registry(repository)
     gzip_manifest, _ = registry.descriptor(gzip_refs[0][1])
-    if is_index(gzip_manifest):
-        raise ReleaseError(f"{gzip_refs[0][0]} is a release of several platforms (an index): `make zstd` makes the "
-                           f"-zstd tags of a single-platform release only so far; publish this one without them")
-    base_layers = base_diff_ids(base_ref)
     try:
-        manifest = zstd_manifest(registry, gzip_manifest, base_layers)
+        if is_index(gzip_manifest):
+            published = publish_index(registry, repository, gzip_manifest, gzip_refs, directory)
+        else:
+            published = publish_image(registry, repository, gzip_manifest, gzip_refs, base_diff_ids(base_ref))
     except OSError as error:  # the scratch folder's disk is full (or a file-size limit was reached)
         raise ReleaseError(f"could not write our layers while recompressing them in {tempfile.gettempdir()}: "
                            f"{error.strerror or error}; free space there, or set TMPDIR to a folder on a larger "
                            f"disk, then run `make zstd` again (nothing was published)") from None
-    published = [f"{ref}@{digest}" for ref, digest in gzip_refs]
+    lines = [f"{ref}@{digest}" for ref, digest in gzip_refs] + published
+    pushed_file(directory, labels).write_text("".join(f"{line}\n" for line in lines))
+    return lines
+
+
+def publish_image(registry: Registry, repository: str, gzip_manifest: dict, gzip_refs: list[tuple[str, str]],
+                  base_layers: list[str]) -> list[str]:
+    """One zstd manifest of the image GZIP_REFS name, put under each of their tags + SUFFIX."""
+    manifest = zstd_manifest(registry, gzip_manifest, base_layers)
+    published = []
     for reference, _ in gzip_refs:
         tag = reference.rpartition(":")[2] + SUFFIX
-        digest = registry.put_manifest(tag, manifest, OCI_MANIFEST)
-        published.append(f"{repository}:{tag}@{digest}")
+        published.append(f"{repository}:{tag}@{registry.put_manifest(tag, manifest, OCI_MANIFEST)}")
         print(published[-1], flush=True)
-    pushed_file(directory, labels).write_text("".join(f"{line}\n" for line in published))
     return published
+
+
+def publish_index(registry: Registry, repository: str, index: dict, gzip_refs: list[tuple[str, str]],
+                  directory: pathlib.Path) -> list[str]:
+    """Each entry of INDEX zstd under its own entry tag + SUFFIX, then one index of them under each release
+    tag + SUFFIX. Every entry is recompressed before any tag is put, and the index last, so a failure
+    publishes nothing and no tag names an entry not yet published."""
+    index_digest = gzip_refs[0][1]
+    entry_tags = {digest: reference.rpartition(":")[2] for reference, digest in gzip_refs if digest != index_digest}
+    compressed = []
+    for entry in index.get("manifests") or []:
+        platform = f"{entry['platform']['os']}/{entry['platform']['architecture']}"
+        if entry.get("digest") not in entry_tags:
+            raise ReleaseError(f"the index {gzip_refs[0][0]} names {str(entry.get('digest'))[:19]} for {platform}, "
+                               f"which this release did not push: run `make push PLATFORMS=...` again, then `make zstd`")
+        manifest, _ = registry.descriptor(entry["digest"])
+        base = base_diff_ids(platform_base(registry, manifest, platform, directory))
+        compressed.append((entry, zstd_manifest(registry, manifest, base)))
+    entries, published = [], []
+    for entry, body in compressed:
+        tag = entry_tags[entry["digest"]] + SUFFIX
+        digest = registry.put_manifest(tag, body, OCI_MANIFEST)
+        published.append(f"{repository}:{tag}@{digest}")
+        entries.append({**entry, "mediaType": OCI_MANIFEST, "digest": digest, "size": len(body)})
+    body = json.dumps({**index, "manifests": entries}, separators=(",", ":")).encode()
+    indexes = [f"{reference}{SUFFIX}@{registry.put_manifest(reference.rpartition(':')[2] + SUFFIX, body, OCI_INDEX)}"
+               for reference, digest in gzip_refs if digest == index_digest]
+    print("\n".join(indexes + published), flush=True)
+    return indexes + published
+
+
+def platform_base(registry: Registry, manifest: dict, platform: str, directory: pathlib.Path) -> str:
+    """The local image of the base PLATFORM's build was made on, as that build's provenance names it:
+    <base>-<architecture> (this project's name for a named platform's copy) or the base itself, where it is
+    that platform's."""
+    config = registry.json_object(f"/blobs/{manifest['config']['digest']}", MANIFEST_LIMIT)[0]
+    labels = (config.get("config") or {}).get("Labels") or {}
+    path = directory / provenance_file_name(labels, platform)
+    try:
+        dependencies = json.loads(path.read_text())["buildDefinition"]["resolvedDependencies"]
+        base = next(item["uri"].removeprefix("docker://") for item in dependencies if item["name"] == "base-image")
+    except (OSError, ValueError, KeyError, StopIteration):
+        raise ReleaseError(f"{path}, which names the base of the {platform} build, is missing or not a provenance "
+                           f"`make build PLATFORM={platform}` wrote: put it in RELEASE_DIR, then `make zstd` again "
+                           f"(nothing was published)") from None
+    try:
+        return local_builds(base, [platform])[platform]
+    except ReleaseError:
+        raise ReleaseError(f"the {platform} base {base} is not here, so its layers cannot be told from ours: "
+                           f"docker pull --platform {platform} {base} && docker tag {base} "
+                           f"{base}-{architecture(platform)}, then `make zstd` again") from None
 
 
 def main(argv: list[str]) -> int:
