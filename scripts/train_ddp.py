@@ -57,7 +57,8 @@ from trainer.config import parse_config
 from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages, SyntheticTokens,
                           TokenFile, detach_from_terminal_signals, load_image_folder)
 from trainer.distributed import (SAVE_SIGNAL, Placement, StoppedWithNothingToSave, StopSignal, choose_device,
-                                 finish_process_group, read_placement, start_process_group)
+                                 finish_process_group, freeze_what_lives_as_long_as_the_process, read_placement,
+                                 start_process_group)
 from trainer.first_step import FirstStep, FirstStepClock
 from trainer.gpt import flops_per_token
 from trainer.metrics import (MetricsReporter, RankTotals, count_training_flops_per_sample, peak_flops,
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     prometheus.serve(args.prometheus_address, args.prometheus_port, placement)  # a taken port ends here too
     device = choose_device(args.device, placement)
     group = start_process_group(placement, device=device, backend=args.backend, timeout_s=args.pg_timeout)
+    freeze_what_lives_as_long_as_the_process()  # the stop's last collection then skips the imports' objects
     # Inside this block SIGTERM/SIGINT/SIGHUP means "stop at the next step boundary" (unless ignored, as
     # `nohup` leaves SIGHUP). Not earlier: a signal during the rendezvous must still end the process, which
     # has nothing to save yet. Not later: a notebook kernel that called main() gets its own handlers back.

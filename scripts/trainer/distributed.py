@@ -180,8 +180,16 @@ class StopSignal:
         return self.saves_asked > self._saves_voted
 
 
+def freeze_what_lives_as_long_as_the_process() -> None:
+    """Moves every object made so far (the imports': about 290,000, most of the process's) out of the garbage
+    collector's sight: none of them is ever garbage, and finish_process_group's collection, which runs at
+    every stop, then looks only at what training made. A full collection walked them all: about 0.1 s on
+    an idle machine, and seconds at a stop under memory pressure, out of the stop's grace period."""
+    gc.freeze()
+
+
 def finish_process_group() -> None:
-    """Frees what still holds the process group, then destroys it.
+    """Frees what still holds the process group, then destroys it; the frozen objects are put back.
 
     FSDP's modules, hooks and device mesh form reference cycles that only the garbage collector frees.
     Left to the interpreter's exit, they can be torn down after the process group, and gloo then ends
@@ -189,3 +197,4 @@ def finish_process_group() -> None:
     """
     gc.collect()
     dist.destroy_process_group()
+    gc.unfreeze()  # a notebook kernel that ran main() gets its collector as it was

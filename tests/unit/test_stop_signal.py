@@ -73,9 +73,10 @@ def test_every_handler_is_put_back_on_exit_normal_or_not(handlers_as_a_nohup_ker
     assert {number: signal.getsignal(number) for number in STOP_SIGNALS} == before
 
 
-# A kernel's view: its own SIGTERM handler and SIGHUP ignored, then one short main() in a "cell".
+# A kernel's view: its own SIGTERM handler and SIGHUP ignored, then one short main() in a "cell"; after it,
+# its handlers and its garbage collector (main() freezes the imports' objects while it trains) as they were.
 AFTER_MAIN = """
-import signal, sys
+import gc, signal, sys
 sys.path.insert(0, sys.argv[1])
 import train_ddp
 def kernels_own(signum, frame): pass
@@ -84,7 +85,7 @@ signal.signal(signal.SIGHUP, signal.SIG_IGN)
 before = [signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]
 status = train_ddp.main(sys.argv[2:])
 after = [signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]
-print(status, after == before, after)
+print(status, after == before and gc.get_freeze_count() == 0, after, gc.get_freeze_count())
 """
 
 
