@@ -143,3 +143,16 @@ def test_what_a_user_leaves_in_the_run_folder_neither_blocks_kernels_nor_the_nex
     docker("restart", "--time", "20", container.name)
     container.wait_until_healthy()
     assert container.run("test -f /run/container/settings.json && test -f /run/container/started").rc == 0
+
+
+def test_the_healthchecks_own_probe_is_never_named_or_signalled_as_your_work(containers):
+    """The engine runs the image's HEALTHCHECK from outside every few seconds. With JupyterLab paused its
+    curl waits out its 4 s, so a `docker stop` finds one running: the container's own probe, not work."""
+    container = containers(options=["--env", "ENABLE_SSH=0", "--health-interval", "1s"])
+    container.wait_until_healthy()
+    container.run("pkill -STOP -f '[j]upyter-lab'", user=None)  # [j]: not the shell running pkill
+    wait_until(lambda: container.run("pgrep -x curl", user=None).rc == 0, SETTLES_S,
+               failure=lambda: "the healthcheck's curl never ran")
+    logs = stop(container)
+    lines = [line for line in logs.splitlines() if line.startswith("[start]") and "curl" in line]
+    assert not lines and "SIGTERM to your work" not in logs, logs[-3000:]

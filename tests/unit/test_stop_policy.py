@@ -56,6 +56,16 @@ def test_a_loop_in_a_kernel_is_signalled_before_its_dataloader_workers_which_are
     assert plan.signal == (21,) and plan.work == {21}
 
 
+def test_the_healthchecks_probe_is_no_work_but_the_same_programs_a_user_runs_are():
+    """The engine runs the image's HEALTHCHECK from outside (parent 0) every few seconds; a stop that finds
+    its curl running must not name or signal it as the user's work, nor a hub count it as activity."""
+    probe = shell(40, 0, command="bash /usr/local/bin/healthcheck")
+    users = shell(50, 0, command="bash")  # `docker exec -it C bash`, running curl too
+    processes = table(probe, Process(41, 40, "curl", None), users, Process(51, 50, "curl", None))
+    assert user_work(processes, CONTAINER) == {51}
+    assert plan_signals(processes, CONTAINER).signal == (51,)
+
+
 def test_an_idle_kernel_is_no_work_a_hub_keeps_a_server_running_for():
     assert user_work(table(python(21, 20, KERNEL)), CONTAINER) == set()
 

@@ -238,6 +238,12 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
     read_children_commands(servers, rows, details, owners)
     kernels = {pid for pid, (_, command) in details.items() if stop_policy.KERNEL_COMMAND.search(command)}
     read_children_commands(kernels, rows, details, owners)
+    # What the engine started from outside (parent 0: `docker exec`, the HEALTHCHECK): a few shells, read
+    # so the healthcheck's is told from a user's (stop_policy.health_probes).
+    outside = [pid for pid, (parent, name, _, _) in rows.items()
+               if parent == 0 and pid != 1 and not details.get(pid, (None, ""))[1] and name in ("bash", "sh")]
+    details.update((pid, (details.get(pid, (None, ""))[0], command))
+                   for pid, command in read_as_owners(outside, read_command, owners).items())
     hosts = terminal_hosts(rows, owners)
     for pid, (parent, name, session, terminal) in rows.items():
         program, command = details.get(pid, (None, ""))

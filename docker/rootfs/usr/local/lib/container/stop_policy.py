@@ -49,6 +49,9 @@ SERVER_COMMAND = re.compile(r"(^|/)(jupyter-lab|jupyterhub-singleuser|jupyter-se
 KERNEL_COMMAND = re.compile(r"ipykernel_launcher|-m ipykernel|/jupyter/runtime/kernel-[\w-]+\.json( |$)")
 JUPYTER_COMMAND = re.compile(SERVER_COMMAND.pattern + "|" + KERNEL_COMMAND.pattern)
 TORCHRUN_COMMAND = re.compile(r"(/torchrun|torch\.distributed\.run|torch/distributed/run\.py) ")
+# The image's HEALTHCHECK, which the engine runs from outside every few seconds: its shell and what that
+# runs (curl, ss) are the container's own probe, never the user's work, whenever a stop finds them.
+HEALTHCHECK_COMMAND = re.compile(r"(^| )/usr/local/bin/healthcheck( |$)")
 # Names of programs that may be a Python program: only theirs is the command line worth reading.
 PYTHON_NAMES = ("python", "pt_elastic", "torchrun", "jupyter", "ipykernel")
 READER_DRAIN_S = 5.0
@@ -164,10 +167,21 @@ def in_container(table: Table, container: Container) -> list[int]:
 
 
 def user_work(table: Table, container: Container) -> set[int]:
-    """The container's processes that hold no session. Steps 1 and 2 stop and wait for these and for the
-    notebook kernels (notebook_kernels), which are left out here: an idle kernel is no work a hub should
-    keep a server running for."""
-    return {pid for pid in in_container(table, container) if not is_holder(table[pid], container)}
+    """The container's processes that hold no session and are not the healthcheck's. Steps 1 and 2 stop
+    and wait for these and for the notebook kernels (notebook_kernels), which are left out here: an idle
+    kernel is no work a hub should keep a server running for."""
+    candidates = in_container(table, container)
+    probes = health_probes(table, candidates)
+    return {pid for pid in candidates if not is_holder(table[pid], container) and pid not in probes}
+
+
+def health_probes(table: Table, candidates: list[int]) -> set[int]:
+    """The image's healthcheck shells among CANDIDATES, and everything below them."""
+    probes = [pid for pid in candidates if HEALTHCHECK_COMMAND.search(table[pid].command)]
+    if not probes:
+        return set()
+    children = children_of(table)
+    return {pid for probe in probes for pid in [probe, *descendants(children, probe)]}
 
 
 def is_fork_of(table: Table, pid: int, parent: int) -> bool:
