@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 
-from tags import ReleaseError
+from command_line import ReleaseError
 
 PINNED_MAJOR = "2"
 # What cosign's errors name when the public Sigstore services (the Rekor log, Fulcio, their TUF root)

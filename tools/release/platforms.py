@@ -21,8 +21,9 @@ import re
 import subprocess
 import sys
 
+from command_line import ReleaseError
 from tags import (BASE_LABEL, CREATED_LABEL, CUDA_LABEL, DIRTY_LABEL, FLAVOR_LABEL, REVISION_LABEL, TORCH_LABEL,
-                  VSCODE_LABEL, ReleaseError, compute_tags)
+                  VSCODE_LABEL, compute_tags)
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 INDEX_MEDIA_TYPES = (OCI_INDEX, "application/vnd.docker.distribution.manifest.list.v2+json")

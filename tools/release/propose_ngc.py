@@ -18,7 +18,7 @@ import re
 import sys
 
 from registry_api import INDEX_TYPES, MANIFEST_LIMIT, MANIFEST_TYPES, Registry
-from tags import ReleaseError, run_command
+from command_line import ReleaseError, run_command
 
 RELEASE_TAG = re.compile(r"(\d{2})\.(\d{2})-py3")
 PLATFORM = {"architecture": "amd64", "os": "linux"}

@@ -24,8 +24,8 @@ import subprocess
 import sys
 
 from platforms import file_suffix, platform_of
-from tags import (BASE_LABEL, CREATED_LABEL, FLAVOR_LABEL, REVISION_LABEL, ReleaseError, compute_tags,
-                  read_labels)
+from command_line import ReleaseError
+from tags import BASE_LABEL, CREATED_LABEL, FLAVOR_LABEL, REVISION_LABEL, compute_tags, read_labels
 
 BUILD_TYPE = "https://github.com/pytorch-dev/pytorch-dev/blob/main/docs/releases.md#provenance"
 BUILDER_ID = "pytorch-dev make build (docker build, BuildKit)"

@@ -23,7 +23,8 @@ import sys
 
 from platforms import OCI_INDEX, architecture, index_manifest, local_builds, parse_platforms, release_tags
 from registry_api import Registry
-from tags import ReleaseError, compute_tags, read_labels, run_command
+from command_line import ReleaseError, run_command
+from tags import compute_tags, read_labels
 
 PUSH_TIMEOUT_S = 1800
 DIGEST_LINE = re.compile(r"digest: (sha256:[0-9a-f]{64})")

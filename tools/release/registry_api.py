@@ -19,7 +19,7 @@ import urllib.request
 from email.message import Message
 from typing import BinaryIO
 
-from tags import ReleaseError
+from command_line import ReleaseError
 
 
 class NotFound(ReleaseError):

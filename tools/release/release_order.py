@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from cosign_cli import SEQUENCE_ANNOTATION, TAG_ANNOTATION, payloads_that_verify
 from registry_api import Malformed, NotFound, Registry
-from tags import ReleaseError
+from command_line import ReleaseError
 
 SIGNATURE_TAG = re.compile(r"sha256-([0-9a-f]{64})\.sig")
 PAYLOAD_LIMIT = 64 << 10  # cosign's payloads are a few hundred bytes

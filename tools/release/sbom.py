@@ -21,7 +21,8 @@ import uuid
 from urllib.parse import quote
 
 from platforms import file_suffix, platform_of
-from tags import CREATED_LABEL, REVISION_LABEL, ReleaseError, compute_tags, read_labels, run_command
+from command_line import ReleaseError, run_command
+from tags import CREATED_LABEL, REVISION_LABEL, compute_tags, read_labels
 
 TOOL_NAME = "pytorch-dev tools/release/sbom.py"
 INVENTORY_TIMEOUT_S = 180

@@ -35,7 +35,8 @@ import urllib.error
 import urllib.request
 
 from sbom import read_sbom_of
-from tags import FLAVOR_LABEL, ReleaseError, read_labels
+from command_line import ReleaseError
+from tags import FLAVOR_LABEL, read_labels
 
 SEVERITIES = ["LOW", "MODERATE", "HIGH", "CRITICAL"]
 SEVERITY_ALIASES = {"MEDIUM": "MODERATE"}

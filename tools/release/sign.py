@@ -29,7 +29,8 @@ from provenance import provenance_file_name
 from registry_api import NotFound, Registry
 from release_order import Claim, claims_in, next_sequence
 from sbom import image_id_of, read_sbom_of, sbom_file_name
-from tags import ReleaseError, compute_tags, is_moving, read_labels, run_command
+from command_line import ReleaseError, run_command
+from tags import compute_tags, is_moving, read_labels
 
 
 def pushed_file(release_dir: pathlib.Path, labels: dict[str, str]) -> pathlib.Path:

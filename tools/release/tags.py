@@ -24,7 +24,8 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+
+from command_line import ReleaseError, run_command
 
 FLAVOR_LABEL = "dev.pytorch-dev.flavor"
 TORCH_LABEL = "dev.pytorch-dev.torch-version"
@@ -44,29 +45,10 @@ TAG_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 NGC_PYTORCH_REPOSITORY = "nvidia/pytorch"
 
 
-class ReleaseError(Exception):
-    """A user error, reported as one line that says what is wrong and what to do."""
-
-
 def is_moving(tag: str) -> bool:
     """Whether TAG is one of the moving tags above (or its -vscode or -zstd variant): it names the newest
     release."""
     return re.fullmatch(r"([A-Za-z0-9_.]+-)?latest(-vscode)?(-zstd)?", tag) is not None
-
-
-def run_command(argv: list[str], usage: str, action: Callable[..., object]) -> int:
-    """The command-line shell of every release tool: checks the argument count against USAGE, runs
-    ACTION on the arguments and turns a ReleaseError into one `error:` line and exit code 2."""
-    expected = len(usage.split("   ")[0].split()) - 1
-    if len(argv) - 1 != expected:
-        print(f"usage: {usage}", file=sys.stderr)
-        return 2
-    try:
-        action(*argv[1:])
-    except ReleaseError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
 
 
 def read_labels(image: str) -> dict[str, str]:

@@ -31,7 +31,8 @@ from cosign_cli import (identity_flags, last_error_line, run_cosign, run_verify,
 from platforms import entry_for, is_index, parse_platforms, platforms_in, this_machines_platform
 from registry_api import DIGEST, Registry
 from release_order import newest_signed, sequence_for, tag_and_sequence
-from tags import ReleaseError, is_moving, run_command
+from command_line import ReleaseError, run_command
+from tags import is_moving
 
 SBOM_TYPE = "https://cyclonedx.org/bom"
 PROVENANCE_TYPE = "https://slsa.dev/provenance/v1"

@@ -32,7 +32,8 @@ from platforms import OCI_INDEX, architecture, is_index, local_builds
 from provenance import provenance_file_name
 from registry_api import MANIFEST_LIMIT, Registry
 from sign import pushed_file, read_pushed
-from tags import ReleaseError, read_labels, run_command
+from command_line import ReleaseError, run_command
+from tags import read_labels
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"

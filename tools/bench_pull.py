@@ -2,7 +2,7 @@
 """Benchmark: seconds to pull each variant of a release (gzip, -zstd) into an empty engine, and the
 compressed size of our layers (BENCHMARKS.md, "Releases: zstd and gzip").
 
-    sudo python3 tools/release/bench_pull.py REGISTRY/NAME:TAG [ROUNDS]    # after make push and make zstd
+    sudo python3 tools/bench_pull.py REGISTRY/NAME:TAG [ROUNDS]    # after make push and make zstd
 
 An empty engine is a private dockerd (its own data root, exec root, socket and bridge, no iptables)
 started for each pull and removed after it, so no layer is ever already there. Its bridge is one of its
@@ -12,24 +12,22 @@ machine's own engine off its network. Rounds alternate between the variants, so 
 """
 from __future__ import annotations
 
-import json
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
-MANIFEST_TYPES = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "release"))
+from registry_api import Registry  # noqa: E402  (the release tools' registry client)
 
 
 def manifest(reference: str) -> dict:
-    host, _, rest = reference.partition("/")
-    name, _, tag = rest.rpartition(":")
-    request = urllib.request.Request(f"http://{host}/v2/{name}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
+    """The image manifest REFERENCE (REGISTRY/NAME:TAG) names, through the release tools' registry client."""
+    repository, _, tag = reference.rpartition(":")
+    return Registry(repository).manifest(tag)[0]
 
 
 BENCH_BRIDGE = "pdbench0"

@@ -4,7 +4,7 @@ image's own HEALTHCHECK (a 0.5 s start interval), with a 1 s start interval (the
 2026-12-01), and with the same check probing every 5 s from the start (what engines before Docker 25
 do) (BENCHMARKS.md, "Start to healthy").
 
-    python3 tools/release/bench_healthy.py IMAGE [ROUNDS]
+    python3 tools/bench_healthy.py IMAGE [ROUNDS]
 
 The ways alternate, ROUNDS each, so background load hits them alike; the health state is polled every
 0.1 s. The containers run with SSH and JupyterLab, as compose starts them (with tests' 1 GB of shm).
