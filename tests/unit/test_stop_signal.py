@@ -1,6 +1,7 @@
 """The trainer's stop signals (scripts/trainer/distributed.py, StopSignal) leave the process as they found
 it: a signal ignored on entry stays ignored (`nohup`), and every handler replaced is put back on exit, so
-a notebook kernel that ran train_ddp.main() in a cell ends on the next SIGTERM.
+a notebook kernel that ran train_ddp.main() in a cell ends on the next SIGTERM (main() itself, in such a
+process: tests/host/test_main_in_a_kernel.py).
 
     make test-unit PYTEST_ARGS=tests/unit/test_stop_signal.py
 """
@@ -8,13 +9,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support import REPO_ROOT
 from trainer.distributed import STOP_SIGNALS, StoppedWithNothingToSave, StopSignal
 
 
@@ -71,32 +69,6 @@ def test_every_handler_is_put_back_on_exit_normal_or_not(handlers_as_a_nohup_ker
     with pytest.raises(RuntimeError), StopSignal():
         raise RuntimeError("a crash in the training loop")
     assert {number: signal.getsignal(number) for number in STOP_SIGNALS} == before
-
-
-# A kernel's view: its own SIGTERM handler and SIGHUP ignored, then one short main() in a "cell"; after it,
-# its handlers and its garbage collector (main() freezes the imports' objects while it trains) as they were.
-AFTER_MAIN = """
-import gc, signal, sys
-sys.path.insert(0, sys.argv[1])
-import train_ddp
-def kernels_own(signum, frame): pass
-signal.signal(signal.SIGTERM, kernels_own)
-signal.signal(signal.SIGHUP, signal.SIG_IGN)
-before = [signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]
-status = train_ddp.main(sys.argv[2:])
-after = [signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]
-print(status, after == before and gc.get_freeze_count() == 0, after, gc.get_freeze_count())
-"""
-
-
-def test_train_ddp_main_returns_the_process_with_its_own_handlers(tmp_path):
-    flags = ["--model", "tiny", "--image-size", "16", "--synthetic-samples", "64", "--batch-size", "8",
-             "--max-steps", "2", "--num-workers", "0", "--ckpt-dir", str(tmp_path / "ckpt")]
-    result = subprocess.run([sys.executable, "-c", AFTER_MAIN, str(REPO_ROOT / "scripts"), *flags],
-                            capture_output=True, text=True, timeout=120, check=False,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1].startswith("0 True"), result.stdout + result.stderr
 
 
 def test_sigusr1_asks_for_one_checkpoint_however_often_it_comes_and_never_stops(handlers_as_a_nohup_kernel_has_them):
