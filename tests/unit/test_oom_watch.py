@@ -6,9 +6,12 @@ The real kill, in a container with a memory limit, is in tests/image/test_stop_l
 """
 from __future__ import annotations
 
+import pathlib
 import subprocess
 
 from oom_watch import UNLIMITED, OomWatch, describe_limit, read_number
+
+from tests.support.waiting import wait_until
 
 V2_EVENTS = "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n"
 V1_CONTROL = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"
@@ -56,6 +59,10 @@ def test_a_kill_is_told_with_the_processes_that_ended_with_it(tmp_path, capsys):
     watch.files, watch.count = (str(events), str(limit)), 2
     victim = subprocess.Popen(["sleep", "3600"])
     try:
+        # Seen in the middle of its exec, its command line is still empty and it is named by its bare name
+        # ("25950(sleep)": landing run 51's unit tier): the look comes once it runs `sleep 3600`.
+        wait_until(lambda: pathlib.Path(f"/proc/{victim.pid}/cmdline").read_bytes() == b"sleep\0003600\000", 10,
+                   interval=0.01)
         watch.look()  # sees it running
         victim.kill()
         victim.wait()
