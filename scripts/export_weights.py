@@ -26,8 +26,9 @@ import warnings
 import torch
 import torch.distributed.checkpoint as dcp
 
-from trainer.checkpoint import (TRAINING_STATE_FILE, DamagedCheckpoint, checkpoint_step, list_checkpoints_newest_first,
-                                missing_shard, read_failure, save_checkpoint_atomically)
+from trainer.checkpoint_folder import TRAINING_STATE_FILE, checkpoint_step, list_checkpoints_newest_first
+from trainer.checkpoint_read import DamagedCheckpoint, missing_shard, read_failure
+from trainer.checkpoint_write import save_checkpoint_atomically
 from trainer import huggingface
 from trainer.cli import OneLineErrorParser
 from trainer.model import build_model

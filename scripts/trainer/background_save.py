@@ -4,7 +4,7 @@ torch.distributed.checkpoint.async_save copies every rank's shards to CPU memory
 a thread while training goes on. The rules that keep this as safe as the synchronous save:
   * at most one save is in flight: starting one first finishes the one before;
   * a checkpoint becomes visible only once every rank's write completed: the shards go to a temporary
-    folder, and rank 0 adds the training state and renames it (trainer.checkpoint.make_visible) only
+    folder, and rank 0 adds the training state and renames it (trainer.checkpoint_write.make_visible) only
     after all ranks agreed, at a step boundary, that their writes are done. A process killed mid-write
     leaves only the temporary folder, which resume never lists and the next pruning removes;
   * a failed write (a full disk) reaches every rank at that agreement, as CheckpointWriteError, on the
@@ -26,8 +26,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-from trainer.checkpoint import (SHARDED_KEYS, ShardWriter, announce_temporary_folder, discard_failed_write,
-                                make_visible)
+from trainer.checkpoint_folder import SHARDED_KEYS
+from trainer.checkpoint_write import (ShardWriter, announce_temporary_folder, discard_failed_write,
+                                      make_visible)
 
 
 @dataclasses.dataclass

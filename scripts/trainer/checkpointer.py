@@ -17,8 +17,9 @@ Every method is collective: all ranks call it at the same point. A checkpoint th
 full disk, a folder that became unwritable or read-only) raises CheckpointFailure on every rank with
 the same one line, since training on without checkpoints would lose the work the next restart expects
 to find. Checkpoints are files (DDP: rank 0 writes `step_N.pt`) or folders of shards (FSDP: every rank
-writes, in the background with --async-checkpoint); trainer/checkpoint.py says how each stays atomic. With
---compile the folder also keeps the run's compiled code (trainer/compiled_code.py), for a warm resume.
+writes, in the background with --async-checkpoint); trainer/checkpoint_write.py says how each stays
+atomic, trainer/checkpoint_read.py how one is read safely. With --compile the folder also keeps the run's
+compiled code (trainer/compiled_code.py), for a warm resume.
 """
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ import torch.distributed as dist
 
 from trainer import prometheus
 from trainer.background_save import BackgroundSaver
-from trainer.checkpoint import (CheckpointReadError, CheckpointWriteError, IncompatibleCheckpoint, checkpoint_path,
-                                checkpoint_step, load_newest_checkpoint, remove_old_checkpoints, remove_temporaries,
-                                save_checkpoint_atomically, save_sharded_checkpoint)
+from trainer.checkpoint_folder import (checkpoint_path, checkpoint_step, remove_old_checkpoints,
+                                       remove_temporaries)
+from trainer.checkpoint_read import CheckpointReadError, IncompatibleCheckpoint, load_newest_checkpoint
+from trainer.checkpoint_write import CheckpointWriteError, save_checkpoint_atomically, save_sharded_checkpoint
 from trainer.compiled_code import compiled_code_path, load_compiled_code, save_compiled_code
 from trainer.config import describe_model_change
 from trainer.folder_lock import FolderInUse, FolderLock, StrayLockFile

@@ -25,7 +25,7 @@ import platform
 import torch
 
 from trainer.bounded_read import RefusedFile, read_regular_file
-from trainer.checkpoint import CheckpointWriteError, os_error_cause, write_atomically
+from trainer.checkpoint_write import CheckpointWriteError, os_error_cause, write_atomically
 from trainer.compiled_code_key import KeyUnusable, key_path, read_key, read_or_make_key, signature, signed_by
 
 HEADER_LIMIT = 4096  # the JSON line before the artifacts

@@ -10,7 +10,7 @@ These are the lines where DDP and FSDP differ; everything else in the trainer is
   * gradient clipping: FSDP adds up the squared norms of the ranks' shards in one all-reduce;
   * the host's work per step, which under FSDP grows with the number of parameters and blocks (hooks,
     DTensor dispatch): clipping and the optimizer work on all tensors at once (foreach), not one by one.
-  * checkpoints: the full state on rank 0 in one file against every rank's shard (trainer.checkpoint).
+  * checkpoints: the full state on rank 0 in one file against every rank's shard (trainer.checkpoint_folder).
 """
 from __future__ import annotations
 

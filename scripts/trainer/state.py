@@ -4,7 +4,7 @@ It is also the training loop's one handle: besides what it saves it holds the ru
 in the job, its device, its precision and its control group, so the loop's functions take the state
 and nothing else.
 
-Saving and resuming are then one call each (trainer.checkpoint), whatever the model and the
+Saving and resuming are then one call each (trainer.checkpoint_write, trainer.checkpoint_read), whatever the model and the
 parallelism: torch.distributed.checkpoint's get_state_dict/set_state_dict give the same parameter
 names for a bare model, a DDP model and an FSDP model, with full tensors for DDP and this rank's
 shards (DTensors) for FSDP, which is what lets a checkpoint move between DDP and FSDP and between

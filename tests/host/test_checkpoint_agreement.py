@@ -17,8 +17,9 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 
-from trainer.checkpoint import (TRAINING_STATE_FILE, CheckpointReadError, checkpoint_path, load_newest_checkpoint,
-                                save_checkpoint_atomically)
+from trainer.checkpoint_folder import TRAINING_STATE_FILE, checkpoint_path
+from trainer.checkpoint_read import CheckpointReadError, load_newest_checkpoint
+from trainer.checkpoint_write import save_checkpoint_atomically
 
 pytestmark = pytest.mark.tier("landing")
 

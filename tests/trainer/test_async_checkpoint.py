@@ -43,7 +43,8 @@ def checkpoints(torch_host, scripts_dir: str, folder: str) -> dict:
     return python_json(torch_host, f"""
 import json, pathlib, sys
 sys.path.insert(0, {scripts_dir!r})
-from trainer.checkpoint import checkpoint_step, list_checkpoints_newest_first, missing_shard
+from trainer.checkpoint_folder import checkpoint_step, list_checkpoints_newest_first
+from trainer.checkpoint_read import missing_shard
 folder = pathlib.Path({folder!r})
 print(json.dumps({{"complete": {{checkpoint_step(path): missing_shard(path) for path in
                                 list_checkpoints_newest_first(folder)}},

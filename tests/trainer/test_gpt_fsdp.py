@@ -87,7 +87,7 @@ def compare_models(torch_host, scripts_dir: str, first: str, second: str, exact:
 import json, pathlib, sys, torch
 sys.path.insert(0, {scripts_dir!r})
 from export_weights import read_model_weights
-from trainer.checkpoint import list_checkpoints_newest_first
+from trainer.checkpoint_folder import list_checkpoints_newest_first
 newest = lambda folder: list_checkpoints_newest_first(pathlib.Path(folder))[0]
 a, b = read_model_weights(newest({first!r})), read_model_weights(newest({second!r}))
 assert a.keys() == b.keys(), (a.keys(), b.keys())

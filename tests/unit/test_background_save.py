@@ -22,7 +22,8 @@ import torch.distributed as dist
 
 from trainer import background_save
 from trainer.background_save import BackgroundSaver
-from trainer.checkpoint import CheckpointWriteError, ShardWriter, checkpoint_path, list_checkpoints_newest_first
+from trainer.checkpoint_folder import checkpoint_path, list_checkpoints_newest_first
+from trainer.checkpoint_write import CheckpointWriteError, ShardWriter
 
 GATE_TIMEOUT_S = 30
 

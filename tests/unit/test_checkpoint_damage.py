@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from trainer.checkpoint import load_newest_checkpoint
+from trainer.checkpoint_read import load_newest_checkpoint
 
 
 class NotATensor:

@@ -20,9 +20,10 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from trainer.checkpoint import (TRAINING_STATE_FILE, IncompatibleCheckpoint, checkpoint_path,
-                                list_checkpoints_newest_first, load_newest_checkpoint, missing_shard, read_failure,
-                                remove_old_checkpoints, remove_temporaries)
+from trainer.checkpoint_folder import (TRAINING_STATE_FILE, checkpoint_path, list_checkpoints_newest_first,
+                                       remove_old_checkpoints, remove_temporaries)
+from trainer.checkpoint_read import (IncompatibleCheckpoint, load_newest_checkpoint, missing_shard,
+                                     read_failure)
 from trainer.config import describe_model_change
 from trainer.data import ResumableDistributedSampler
 

@@ -5,7 +5,7 @@ line a folder that stops being writable ends with.
     make test-unit PYTEST_ARGS=tests/unit/test_checkpointer.py
 
 The fakes stand in for the training state (a tiny model and a step counter) and for the background
-saver; the files are real, written by trainer/checkpoint.py into a temporary folder, on a one-rank gloo
+saver; the files are real, written by trainer/checkpoint_write.py into a temporary folder, on a one-rank gloo
 group. tests/trainer runs the same code with 2 ranks under torchrun.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from trainer import checkpoint, checkpointer
+from trainer import checkpoint_write, checkpointer
 from trainer.background_save import PendingSave
 from trainer.checkpointer import CheckpointFailure, Checkpointer
 from trainer.distributed import Placement
@@ -229,7 +229,7 @@ def test_a_folder_that_turns_unwritable_mid_run_ends_with_one_line_and_keeps_wha
             if str(path).startswith(str(tmp_path)) and not str(path).endswith(".lock"):
                 raise PermissionError(errno.EACCES, "Permission denied", str(path))
             return real_open(path, *args, **kwargs)
-        monkeypatch.setattr(checkpoint.os, "open", refusing_open)
+        monkeypatch.setattr(checkpoint_write.os, "open", refusing_open)
         with pytest.raises(CheckpointFailure) as failure:
             train(state, saver, 2)
     assert failure.value.status == 1
