@@ -170,11 +170,8 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
         state.scheduler.step()
         state.step += 1
         prometheus.step_finished(state.step)
-        if state.step == start_step + 1:  # everything is compiled now: what it cost; the code kept for a resume
-            first = clock.first_step_done(state.group)
-            report_first_step(first, state, reporter)
-            if args.compile and not stop.received:  # not from the grace period a waiting stop has
-                checkpointer.save_compiled_code(compiled_anything=first.compile.misses > 0)
+        if state.step == start_step + 1:
+            after_the_first_step(state, reporter, checkpointer, stop, clock)
         if state.step % args.log_every == 0 or state.step == args.max_steps:
             totals = gather_for_the_report(loss_sum, peak_memory_bytes(state), state.stream.take_wait_seconds())
             reporter.report(state, lr, totals)
@@ -184,6 +181,16 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
     reporter.close()
     if state.placement.is_main:
         print(end_line(state, stop), flush=True)
+
+
+def after_the_first_step(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpointer,
+                         stop: StopSignal, clock: FirstStepClock) -> None:
+    """Everything is compiled now: what the first step cost, told and recorded, and with --compile the
+    compiled code kept beside the checkpoints for a warm resume (not in the grace period of a stop)."""
+    first = clock.first_step_done(state.group)
+    report_first_step(first, state, reporter)
+    if state.args.compile and not stop.received:
+        checkpointer.save_compiled_code(compiled_anything=first.compile.misses > 0)
 
 
 def report_first_step(first: FirstStep, state: TrainingState, reporter: MetricsReporter) -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -125,17 +125,26 @@ class FirstStepClock:
                          why_the_cache_is_lost())
 
 
+def image_cache_rule() -> ModuleType | None:
+    """The image's rule for torch.compile's cache folders (container_compile_cache.py, which a .pth file runs
+    at every start of the image's Python), or None outside the image."""
+    try:
+        import container_compile_cache
+    except ImportError:
+        return None
+    return container_compile_cache
+
+
 def why_the_cache_is_lost() -> str:
     """What kept the image's rule from ~/.cache ("is not writable", or that it is nearly full)."""
-    image_rule = sys.modules.get("container_compile_cache")
-    return getattr(image_rule, "why", "") or "is not writable"
+    return getattr(image_cache_rule(), "why", "") or "is not writable"
 
 
 def inductor_cache_lost() -> str | None:
     """Inductor's cache folder when the image's Python had to leave it at torch's default in /tmp, as no
     ~/.cache could be written (container_compile_cache.py); else None, outside the image too. (torch sets
     TORCHINDUCTOR_CACHE_DIR itself once it has compiled, so the variable cannot tell.)"""
-    image_rule = sys.modules.get("container_compile_cache")
+    image_rule = image_cache_rule()
     if image_rule is None or not image_rule.fell_back:
         return None
     from torch._inductor.runtime.cache_dir_utils import cache_dir
