@@ -6,8 +6,9 @@ rules of a single look are in test_stop_policy.py; the real stops in tests/image
 """
 from __future__ import annotations
 
-from stop_policy import (READER_DRAIN_S, Container, Ended, Process, Progress, drain, kernel_close, look,
-                         lost_with_a_holder, may_have_been_lost, terminal_close)
+from close_policy import kernel_close, terminal_close
+from stop_policy import READER_DRAIN_S, Container, Process, Progress, drain, look
+from stop_verdict import Ended, lost_with_a_holder, may_have_been_lost
 from tests.unit.helpers.process_tables import CONTAINER, KERNEL, SUPERVISOR, TORCHRUN, python, shell, table
 
 

@@ -26,7 +26,8 @@ def usable(password_hash: str) -> bool:
         encoded_hash = rest.rsplit("$", 1)[-1]
         return parameters.hash_len >= 16 and len(encoded_hash) >= 22  # 16 bytes in unpadded base64
     salt, _, digest = rest.partition(":")
-    return bool(salt) and re.fullmatch(f"[0-9a-f]{{{HEX_DIGEST_LENGTHS.get(algorithm, -1)}}}", digest) is not None
+    length = HEX_DIGEST_LENGTHS.get(algorithm, -1)
+    return bool(salt) and re.fullmatch(f"[0-9a-f]{{{length}}}", digest) is not None
 
 
 def main() -> int:

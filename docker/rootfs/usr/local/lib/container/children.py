@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 
 import process_table
-import stop_policy
+import stop_verdict
 
 # Waits start with short pauses and slow down to POLL_S: most work ends within a fraction of a second,
 # and a check of 5,000 processes costs tens of milliseconds.
@@ -21,8 +21,8 @@ class Children:
     """Reaps every child (as a subreaper the supervisor inherits the orphans of what it started) and
     keeps the exit status of those it watches, as a shell reports it (128 + N for a death by signal N).
     The ends of orphans that may have been work lost are kept too, with their names (the last ORPHANS_KEPT,
-    stop_policy.may_have_been_lost): the stop names the work that ended with a service rather than by the
-    stop (stop_policy.lost_with_a_holder)."""
+    stop_verdict.may_have_been_lost): the stop names the work that ended with a service rather than by the
+    stop (stop_verdict.lost_with_a_holder)."""
 
     ORPHANS_KEPT = 256
 
@@ -30,7 +30,8 @@ class Children:
         self.watched: set[int] = set()
         self.kept: set[int] = set()  # not watched, but their status is wanted: the work the stop signalled
         self.status: dict[int, int] = {}
-        self.orphans_ended: collections.deque[stop_policy.Ended] = collections.deque(maxlen=self.ORPHANS_KEPT)
+        self.orphans_ended: collections.deque[stop_verdict.Ended] = collections.deque(
+            maxlen=self.ORPHANS_KEPT)
 
     def reap(self) -> list[int]:
         ended = []
@@ -50,8 +51,8 @@ class Children:
             code = code if code >= 0 else 128 - code
             if pid in self.watched or pid in self.kept:
                 self.status[pid] = code
-            if pid not in self.watched and stop_policy.may_have_been_lost(name, code):
-                self.orphans_ended.append(stop_policy.Ended(pid, name, code, time.monotonic()))
+            if pid not in self.watched and stop_verdict.may_have_been_lost(name, code):
+                self.orphans_ended.append(stop_verdict.Ended(pid, name, code, time.monotonic()))
             ended.append(pid)
 
     def status_of(self, pid: int) -> int:

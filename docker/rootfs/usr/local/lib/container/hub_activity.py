@@ -22,7 +22,8 @@ class HubActivity:
     def __init__(self, container: stop_policy.Container) -> None:
         self.container = container
         self.interval_s = self.read_interval()
-        self.url = f"{os.environ['JUPYTERHUB_API_URL']}/users/{os.environ.get('JUPYTERHUB_USER', '')}/activity"
+        user = os.environ.get("JUPYTERHUB_USER", "")
+        self.url = f"{os.environ['JUPYTERHUB_API_URL']}/users/{user}/activity"
         self.due = time.monotonic() + self.interval_s
         self.seen: set[int] = set()
 
@@ -50,9 +51,11 @@ class HubActivity:
 
     def post(self) -> None:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        body = {"last_activity": now, "servers": {os.environ.get("JUPYTERHUB_SERVER_NAME", ""): {"last_activity": now}}}
+        server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+        body = {"last_activity": now, "servers": {server: {"last_activity": now}}}
         request = urllib.request.Request(self.url, data=json.dumps(body).encode(), method="POST", headers={
-            "Authorization": f"token {os.environ['JUPYTERHUB_API_TOKEN']}", "Content-Type": "application/json"})
+            "Authorization": f"token {os.environ['JUPYTERHUB_API_TOKEN']}",
+            "Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(request, timeout=30):
                 pass

@@ -3,7 +3,7 @@
 Loaded by /etc/jupyter/jupyter_server_config.py. JupyterLab's File > Shut Down deletes every session and
 terminal, then posts /api/shutdown; on its own each of those would end the work inside at once: a
 terminal's shell and its jobs get SIGHUP, a busy kernel gets SIGINT, SIGTERM 2.5 s later and SIGKILL at 5 s.
-So here, as in the container's stop (stop_policy.py decides: terminal_close, kernel_close):
+So here, as in the container's stop (close_policy.py decides: terminal_close, kernel_close):
   - shutting down a terminal first sends SIGTERM to the work its close would hang up on (torchrun's
     workers rather than torchrun; not a `nohup` or `setsid` job, which outlives the terminal) and waits
     up to STOP_TIMEOUT for it to end; then the terminal closes as before;
@@ -37,6 +37,7 @@ from tornado.ioloop import IOLoop
 CONTAINER_LIB = os.path.dirname(os.path.abspath(__file__))
 if CONTAINER_LIB not in sys.path:
     sys.path.append(CONTAINER_LIB)
+import close_policy  # noqa: E402
 import process_table  # noqa: E402
 import stop_policy  # noqa: E402
 from run_folder import STOPPING, stop_timeout_s  # noqa: E402
@@ -49,13 +50,15 @@ def below(root: int) -> stop_policy.Table:
 
 
 def terminal_work(shell: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """What a terminal's close stops first and waits for (stop_policy.terminal_close)."""
-    return stop_policy.terminal_close(below(shell), shell, lambda job: process_table.ignores(job, signal.SIGHUP))
+    """What a terminal's close stops first and waits for (close_policy.terminal_close)."""
+    return close_policy.terminal_close(below(shell), shell,
+                                       lambda job: process_table.ignores(job, signal.SIGHUP))
 
 
 def kernel_work(server: int, kernel: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """What a busy kernel's shutdown stops first and waits for (stop_policy.kernel_close)."""
-    first = stop_policy.kernel_close(below(server), server, kernel, process_table.handles(kernel, signal.SIGTERM))
+    """What a busy kernel's shutdown stops first and waits for (close_policy.kernel_close)."""
+    handles_sigterm = process_table.handles(kernel, signal.SIGTERM)
+    first = close_policy.kernel_close(below(server), server, kernel, handles_sigterm)
     return first, first
 
 
@@ -85,7 +88,8 @@ class WorkFirst:
         try:
             pids, awaited = await asyncio.to_thread(find)
         except Exception as error:  # a failure here costs the work-first step, never the shutdown itself
-            self.log.warning(f"{what}: could not look for its work ({error!r}); closing it as JupyterLab does")
+            self.log.warning(f"{what}: could not look for its work ({error!r}); "
+                             "closing it as JupyterLab does")
             return
         if not pids:
             return
@@ -133,7 +137,8 @@ def stop_work_before_shutting_kernels_down(serverapp, work_first: WorkFirst) -> 
         if not restart and pid is not None and getattr(kernel, "execution_state", "") == "busy":
             kernel.stop_restarter()  # a kernel that ends while its work stops is not started again
             await work_first.stop(f"kernel {kernel_id}", lambda: kernel_work(os.getpid(), pid),
-                                  ended=lambda: kernel.execution_state != "busy" or not process_table.is_alive(pid))
+                                  ended=lambda: (kernel.execution_state != "busy"
+                                                 or not process_table.is_alive(pid)))
         await shut_down(kernel_id, now=now, restart=restart)
 
     kernels.shutdown_kernel = shutdown_after_its_cell
@@ -200,7 +205,8 @@ def reachable_from_inside(serverapp) -> None:
 
     def server_info() -> dict:
         found = info()
-        found["url"] = urllib.parse.urlsplit(found["url"])._replace(netloc=f"{loopback}:{serverapp.port}").geturl()
+        address = urllib.parse.urlsplit(found["url"])
+        found["url"] = address._replace(netloc=f"{loopback}:{serverapp.port}").geturl()
         return found
     serverapp.server_info = server_info
 

@@ -59,7 +59,8 @@ def cgroup_files() -> tuple[str, str] | None:
         elif "memory" in controllers.split(","):
             candidates += [(f"/sys/fs/cgroup/memory{path}/memory.oom_control",
                             f"/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"),
-                           ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory/memory.limit_in_bytes")]
+                           ("/sys/fs/cgroup/memory/memory.oom_control",
+                            "/sys/fs/cgroup/memory/memory.limit_in_bytes")]
     return next((files for files in candidates if read_number(files[0], "oom_kill") is not None), None)
 
 
@@ -101,7 +102,9 @@ class OomWatch:
     @property
     def named(self) -> str:
         """The processes that ended in the looks that saw a kill: the ones killed are among them."""
-        return f"among {' '.join(self.ended_near_kills)}" if self.ended_near_kills else "which, it could not tell"
+        if not self.ended_near_kills:
+            return "which, it could not tell"
+        return f"among {' '.join(self.ended_near_kills)}"
 
     def seconds_left(self) -> float:
         return max(0.0, self.due - time.monotonic()) if self.files else float("inf")

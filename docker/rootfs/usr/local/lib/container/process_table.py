@@ -148,7 +148,8 @@ def owner_of(pid: int) -> tuple[int, int]:
     return owner.st_uid, owner.st_gid
 
 
-def read_as_owners(pids: list[int], read: Callable[[int], T], owners: dict[int, tuple[int, int]]) -> dict[int, T]:
+def read_as_owners(pids: list[int], read: Callable[[int], T],
+                   owners: dict[int, tuple[int, int]]) -> dict[int, T]:
     """READ(pid) for each of PIDS, under the ids of its owner. OWNERS keeps the owners found, so that a
     process read more than once in a snapshot is looked up once."""
     by_owner: dict[tuple[int, int], list[int]] = {}
@@ -185,14 +186,11 @@ def holds_pty_master(pid: int) -> bool:
     return any((readlink(f"/proc/{pid}/fd/{name}") or "").rsplit("/", 1)[-1] == "ptmx" for name in names)
 
 
-def terminal_hosts(rows: dict[int, tuple[int, str, int, int]], owners: dict[int, tuple[int, int]]) -> set[int]:
-    """The processes that hold a terminal in which another session runs: a parent of a session leader
-    whose controlling terminal is not the parent's own. Only these few have their descriptors read, and
-    none a holder by name already is (sshd, tmux, a shell)."""
-    candidates = sorted({parent for pid, (parent, _, session, tty) in rows.items()
-                         if session == pid and tty and parent in rows and rows[parent][3] != tty
-                         and not stop_policy.is_holder_by_name(rows[parent][1])})
-    found = read_as_owners(candidates, holds_pty_master, owners)
+def terminal_hosts(rows: dict[int, tuple[int, str, int, int]],
+                   owners: dict[int, tuple[int, int]]) -> set[int]:
+    """The processes that hold a terminal in which another session runs: of those the policy names as
+    maybe holding one (stop_policy.terminal_host_candidates), the ones with a terminal's master open."""
+    found = read_as_owners(stop_policy.terminal_host_candidates(rows), holds_pty_master, owners)
     return {pid for pid, holds in found.items() if holds}
 
 
@@ -202,10 +200,12 @@ def read_outputs(pid: int) -> frozenset[str]:
 
 
 def read_children_commands(parents: set[int], rows: dict[int, tuple[int, str, int, int]],
-                           details: dict[int, tuple[str | None, str]], owners: dict[int, tuple[int, int]]) -> None:
+                           details: dict[int, tuple[str | None, str]],
+                           owners: dict[int, tuple[int, int]]) -> None:
     """Adds to DETAILS the command line of each child of PARENTS not read yet (its program stays unread)."""
     children = [pid for pid, (parent, _, _, _) in rows.items() if parent in parents and pid not in details]
-    details.update((pid, (None, command)) for pid, command in read_as_owners(children, read_command, owners).items())
+    commands = read_as_owners(children, read_command, owners)
+    details.update((pid, (None, command)) for pid, command in commands.items())
 
 
 def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_policy.Table:
@@ -258,7 +258,7 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
         outputs = read_as_owners(sorted(work), read_outputs, owners)
     for pid in stdin.keys() | outputs.keys():
         row = table[pid]  # built again rather than dataclasses.replace(), which costs twice as much
-        table[pid] = stop_policy.Process(pid, row.parent, row.name, row.program, row.command, row.kernel_thread,
-                                         stdin.get(pid), outputs.get(pid, frozenset()), row.holds_terminal,
-                                         row.session, row.terminal)
+        table[pid] = stop_policy.Process(pid, row.parent, row.name, row.program, row.command,
+                                         row.kernel_thread, stdin.get(pid), outputs.get(pid, frozenset()),
+                                         row.holds_terminal, row.session, row.terminal)
     return table

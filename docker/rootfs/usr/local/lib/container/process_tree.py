@@ -31,7 +31,8 @@ def children_of(parents: Mapping[int, int]) -> dict[int, list[int]]:
     return found
 
 
-def descendants(children: Mapping[int, list[int]], pid: int, within: Collection[int] | None = None) -> list[int]:
+def descendants(children: Mapping[int, list[int]], pid: int,
+                within: Collection[int] | None = None) -> list[int]:
     """PID's descendants, level by level. With WITHIN, only those reached through processes in it: each
     branch ends at its first process outside it."""
     found, frontier = [], [pid]

@@ -1,5 +1,6 @@
 """What a signal sent to the supervisor means (pure functions): the orderly stop, passed on to the user's
-work, or ignored; and whether it came from the runtime at all. stop_signals.py acts on these.
+work, or ignored; and whether it came from the runtime at all. decide() judges them in order, and
+stop_signals.py acts on what it returns.
 """
 from __future__ import annotations
 
@@ -10,6 +11,22 @@ NOT_A_STOP = frozenset({signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, signal.SI
                         signal.SIGTTIN, signal.SIGTTOU})
 # What a job's own scheduler sends its job's processes (Slurm's --signal=USR1@60, "checkpoint now").
 PASSED_ON = frozenset({signal.SIGUSR1, signal.SIGUSR2})
+
+
+def decide(number: int, code: int, sender: int, *, supervisor: int, parent: int, command_mode: bool,
+           requested_by: str | None, own_pid_namespace: bool, sender_descends: bool) -> str:
+    """What the supervisor does with one signal (NUMBER, with its siginfo's CODE and SENDER), judged in this
+    order: "ignore" what no one means as a stop; "asked by a service" for a service's request for the
+    orderly stop; "from inside" (ignored, with a line) for any other signal a process of the container
+    sent; then its meaning, "pass on" or "stop". Stop_signals.Signals.take acts on the answer."""
+    meaning = signal_meaning(number, command_mode)
+    if meaning == "ignore":
+        return "ignore"
+    if asked_by_a_service(number, sender, supervisor, requested_by):
+        return "asked by a service"
+    if sent_from_inside(code, sender, parent, own_pid_namespace, sender_descends):
+        return "from inside"
+    return meaning
 
 
 def signal_meaning(number: int, command_mode: bool) -> str:
@@ -31,7 +48,8 @@ def asked_by_a_service(number: int, sender: int, supervisor: int, requested_by: 
     return number == signal.SIGTERM and sender == supervisor and requested_by is not None
 
 
-def sent_from_inside(code: int, sender: int, parent: int, own_pid_namespace: bool, sender_descends: bool) -> bool:
+def sent_from_inside(code: int, sender: int, parent: int, own_pid_namespace: bool,
+                     sender_descends: bool) -> bool:
     """Whether a signal came from a process of the container itself (a user's `pkill python` matching the
     supervisor): only the runtime stops it. The runtime's signals come through tini, our parent
     (`docker stop`, the kubelet), from outside the PID namespace (sender 0), or from the kernel

@@ -26,7 +26,6 @@ from oom_watch import OomWatch
 from run_folder import STOPPING, log, warn
 
 RESCAN_EVERY_S = 1.0    # at most this often, after some of the work exited, the table is read again
-SERVICES_STOP_S = 10    # step 3 waits this long for what it signalled, then SIGKILLs what is left
 # Step 3 first gives the work still running, top first, this long to end before everything else gets
 # SIGTERM: a trainer below a launcher that ignored step 1 saves before its DataLoader workers are signalled.
 # compose's 30 s grace less the default STOP_TIMEOUT of 25 s leaves about 5 s for all of step 3.
@@ -138,7 +137,8 @@ class Stop:
             warn(f"could not signal {describe(failed, table)}")
         if work:
             self.clean = self.work_ended = False
-            warn(f"still running after {self.timeout_s} s, stopped with the services now: {describe(work, table)}")
+            warn(f"still running after {self.timeout_s} s, stopped with the services now: "
+                 f"{describe(work, table)}")
         else:
             log("your processes have exited")
 
@@ -166,7 +166,7 @@ class Stop:
 
     def stop_everything_left(self) -> None:
         """Step 3: sshd and its sessions, tmux, shells, JupyterLab. Waits for everything it signalled,
-        not only for its own children, and SIGKILLs what outlives SERVICES_STOP_S."""
+        not only for its own children, and SIGKILLs what outlives stop_policy.SERVICES_STOP_S."""
         table = process_table.snapshot(self.container, pipes=False)
         targets = stop_policy.everything_left(table, self.container)
         # Alive when step 3 looked: whatever ended them, the service's end did not.
@@ -177,13 +177,13 @@ class Stop:
         process_table.signal_each(signal.SIGHUP, stop_policy.shells(table, targets))
         left = still_alive(set(targets))
         if left:
-            for _ in self.children.pauses(time.monotonic() + SERVICES_STOP_S):
+            for _ in self.children.pauses(time.monotonic() + stop_policy.SERVICES_STOP_S):
                 left = still_alive(left)
                 if not left:
                     break
         if failed or left:
             self.clean = False
-            warn(f"still running {SERVICES_STOP_S} s after the services' SIGTERM, SIGKILLed: "
+            warn(f"still running {stop_policy.SERVICES_STOP_S} s after the services' SIGTERM, SIGKILLed: "
                  f"{describe(sorted(left | set(failed)), table)}")
             process_table.signal_each(signal.SIGKILL, sorted(left))
         self.children.reap()
@@ -207,7 +207,7 @@ class Stop:
                  f"{self.left_by_the_service}")
         if self.service_ended_at is None:
             return
-        lost = stop_policy.lost_with_a_holder(list(self.children.orphans_ended), self.service_ended_at,
+        lost = stop_verdict.lost_with_a_holder(list(self.children.orphans_ended), self.service_ended_at,
                                               self.progress.told)
         if lost:
             self.clean = False

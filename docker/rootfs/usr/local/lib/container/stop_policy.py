@@ -1,45 +1,34 @@
-"""Every decision of the container's stop, as pure functions over a snapshot of the process table
-(process_table.py reads it; the executor, stop.py, only snapshots, asks, signals, waits and logs).
-
-docs/how-it-runs.md, "The stop's rules", lists each rule in plain words with the one function here that
-decides it; tests/unit/test_stop_policy.py and test_stop_progress.py hold them on tables written by hand.
-In short: `docker stop` reaches the supervisor alone, and the stop goes in three steps:
-  1. SIGTERM to the top of each piece of the user's work (look), never to what holds a session (is_holder),
-     with torchrun's workers instead of torchrun, pipeline readers left to drain (drain), terminals with
-     work in them held (holding_terminals), and a notebook kernel once only its own forks run below it
-     (free_kernels);
-  2. wait up to STOP_TIMEOUT, looking again for new tops as work exits (look, with the Progress so far);
-  3. SIGTERM to the work still running below what ignored its SIGTERM, tops first (look, past_the_timeout),
-     then to everything left (everything_left), shells hung up (shells).
-JupyterLab's own closes of a terminal or a busy kernel choose the same way (terminal_close, kernel_close);
-and what ended with a service rather than by the stop is named (lost_with_a_holder). What a signal sent
-to the supervisor means is decided in signal_policy.py.
-Holders are told by their executable, which no process can rename; where it cannot be read (sshd's session
-process drops its privileges without an exec), by name. Without a PID namespace of its own (Apptainer,
-`--pid=host`) only the supervisor's descendants count.
+"""Every decision of the container's stop's three steps, as pure functions over a snapshot of the process
+table (process_table.py reads it; the executor, stop.py, only snapshots, asks, signals, waits and logs).
+docs/how-it-runs.md, "The stop's rules", lists each rule with the function here that decides it, and
+tests/unit/test_stop_policy.py and test_stop_progress.py hold them on tables written by hand:
+  1. SIGTERM to the top of each piece of the user's work (look), never to what holds a session (is_holder);
+  2. wait up to STOP_TIMEOUT, looking again as work exits (look, with the Progress so far);
+  3. SIGTERM to what still runs below what ignored it, tops first (past_the_timeout), then to everything
+     left (everything_left), shells hung up (shells), and SIGKILL after SERVICES_STOP_S.
+Holders are told by their executable, which no process can rename, or by name where it cannot be read.
+Beside it: close_policy.py (JupyterLab's closes), stop_verdict.py (the last line, the exit status),
+signal_policy.py (what a signal to the supervisor means).
 """
 from __future__ import annotations
 
 import dataclasses
 import re
-import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from process_tree import children_of as _children_by_parent
 from process_tree import descendants, descends
-# What a signal to the supervisor means is decided beside the stop; its tests hold it with the stop's.
-from signal_policy import asked_by_a_service, sent_from_inside, signal_meaning  # noqa: F401
 
 # Programs that hold sessions open (basenames of /proc/PID/exe). The Jupyter servers and notebook
 # kernels are Python programs, told by their command line (JUPYTER_COMMAND).
 # code-server is the -vscode variant's node, installed under that name (docker/build/install-code-server.sh):
 # its server, terminal host and extension host hold the editor's sessions as JupyterLab holds its own.
-HOLDER_PROGRAMS = frozenset({"tini", "sshd", "bash", "sh", "dash", "zsh", "fish", "tmux", "screen",
-                             "setpriv", "sleep", "code-server"})
+# Shells: an interactive one ignores SIGTERM, and ends on SIGHUP (step 3).
+SHELLS = frozenset({"bash", "sh", "dash", "zsh", "fish"})
+HOLDER_PROGRAMS = SHELLS | {"tini", "sshd", "tmux", "screen", "setpriv", "sleep", "code-server"}
 # The same by name (/proc/PID/comm, at most 15 bytes), for a process whose executable cannot be read.
-HOLDER_NAMES = frozenset({"tini", "sshd", "bash", "sh", "dash", "zsh", "fish", "tmux: server", "tmux: client",
-                          "screen", "SCREEN", "jupyter-lab", "jupyterhub-sing", "jupyter-server",
-                          "jupyter-noteboo", "setpriv", "sleep"})
+HOLDER_NAMES = SHELLS | {"tini", "sshd", "tmux: server", "tmux: client", "screen", "SCREEN", "jupyter-lab",
+                         "jupyterhub-sing", "jupyter-server", "jupyter-noteboo", "setpriv", "sleep"}
 # Names a holder's program gives its main thread whatever its executable (Node 24 calls it MainThread, so
 # code-server's processes carry that name): for these the executable is read, and decides alone.
 RENAMED_HOLDER_NAMES = frozenset({"MainThread"})
@@ -55,6 +44,8 @@ HEALTHCHECK_COMMAND = re.compile(r"(^| )/usr/local/bin/healthcheck( |$)")
 # Names of programs that may be a Python program: only theirs is the command line worth reading.
 PYTHON_NAMES = ("python", "pt_elastic", "torchrun", "jupyter", "ipykernel")
 READER_DRAIN_S = 5.0
+# Step 3 waits this long for what it signalled last (the services, the shells), then SIGKILLs what is left.
+SERVICES_STOP_S = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +128,16 @@ def is_holder(process: Process, container: Container) -> bool:
     return bool(JUPYTER_COMMAND.search(process.command))
 
 
+def terminal_host_candidates(rows: Mapping[int, tuple[int, str, int, int]]) -> list[int]:
+    """The processes that may hold a terminal in which another session runs, from each process's (parent,
+    name, session, controlling terminal): a parent of a session leader whose controlling terminal is not
+    the parent's own, and no holder by name already (sshd, tmux, a shell). Only these few have their
+    descriptors read for a terminal's master (process_table.holds_pty_master)."""
+    return sorted({parent for pid, (parent, _, session, tty) in rows.items()
+                   if session == pid and tty and parent in rows and rows[parent][3] != tty
+                   and not is_holder_by_name(rows[parent][1])})
+
+
 def is_kernel(process: Process) -> bool:
     """A notebook kernel, or a fork of one (a DataLoader worker names itself pt_data_worker)."""
     return bool(KERNEL_COMMAND.search(process.command))
@@ -192,7 +193,8 @@ def is_fork_of(table: Table, pid: int, parent: int) -> bool:
 def notebook_kernels(table: Table, container: Container) -> set[int]:
     """The notebook kernels, not their forks: those run the kernel's command line too."""
     kernels = {pid for pid in in_container(table, container) if is_kernel(table[pid])}
-    return {pid for pid in kernels if not (table[pid].parent in kernels and is_fork_of(table, pid, table[pid].parent))}
+    return {pid for pid in kernels
+            if not (table[pid].parent in kernels and is_fork_of(table, pid, table[pid].parent))}
 
 
 def free_kernels(table: Table, kernels: set[int], children: dict[int, list[int]]) -> set[int]:
@@ -259,7 +261,8 @@ class Progress:
 
     @property
     def told(self) -> frozenset[int]:
-        """The work the stop has reached: what got SIGTERM, and the tops it planned but a reader left to drain."""
+        """The work the stop has reached: what got SIGTERM, and the tops it planned but a reader left to
+        drain."""
         return self.signalled | (self.tops - self.readers.keys())
 
     def past_the_timeout(self) -> Progress:
@@ -307,44 +310,32 @@ def look(table: Table, container: Container, progress: Progress = Progress()) ->
         now += [pid for pid in targets if pid not in progress.signalled]
     now = list(dict.fromkeys(now))  # each once, in order: two tops never share a worker, but a table may lie
     new_tops = frozenset(seen) - progress.tops
-    after = dataclasses.replace(progress, tops=progress.tops | new_tops, readers={**progress.readers, **readers},
+    after = dataclasses.replace(progress, tops=progress.tops | new_tops,
+                                readers={**progress.readers, **readers},
                                 signalled=progress.signalled | frozenset(now))
     return Plan(tuple(now), readers, new_tops, frozenset(work | kernels), after)
 
 
-def plan_signals(table: Table, container: Container, known_tops: frozenset[int] = frozenset(),
-                 told: frozenset[int] = frozenset()) -> Plan:
-    """look() from a progress given as the tops planned before (KNOWN_TOPS) and the work told that still
-    runs past the timeout (TOLD, planned below): a stop's first look is plan_signals(table, container)."""
-    return look(table, container, Progress(tops=known_tops, signalled=told, below=told))
-
-
-def rescan(table: Table, container: Container, known_tops: frozenset[int],
-           signalled: set[int]) -> tuple[Plan, list[int]]:
-    """look() in step 2, from the tops planned before and what was signalled: the plan and its signals."""
-    plan = look(table, container, Progress(tops=known_tops, signalled=frozenset(signalled)))
-    return plan, list(plan.signal)
-
-
-def readers_to_signal(readers: Mapping[int, frozenset[int]], alive: set[int], writers_gone_at: dict[int, float],
-                      now: float) -> list[int]:
-    """The readers still alive READER_DRAIN_S after the last of their writers went. WRITERS_GONE_AT
-    records when each reader's writers were first seen gone."""
+def readers_due(readers: Mapping[int, frozenset[int]], alive: set[int], writers_gone_at: Mapping[int, float],
+                now: float) -> tuple[list[int], dict[int, float]]:
+    """The readers still alive READER_DRAIN_S after the last of their writers went, and when each reader's
+    writers were first seen gone (WRITERS_GONE_AT, with the readers whose writers are seen gone at NOW)."""
+    gone_at = dict(writers_gone_at)
     due = []
     for reader, writers in sorted(readers.items()):
         if reader not in alive or writers & alive:
             continue
-        gone_at = writers_gone_at.setdefault(reader, now)
-        if now - gone_at >= READER_DRAIN_S:
+        if now - gone_at.setdefault(reader, now) >= READER_DRAIN_S:
             due.append(reader)
-    return due
+    return due, gone_at
 
 
 def drain(progress: Progress, alive: set[int], now: float) -> tuple[list[int], Progress]:
     """The readers due their SIGTERM at NOW, with ALIVE the work still running, and the progress after."""
-    gone_at = dict(progress.writers_gone_at)
-    due = [pid for pid in readers_to_signal(progress.readers, alive, gone_at, now) if pid not in progress.signalled]
-    return due, dataclasses.replace(progress, writers_gone_at=gone_at, signalled=progress.signalled | frozenset(due))
+    due, gone_at = readers_due(progress.readers, alive, progress.writers_gone_at, now)
+    due = [pid for pid in due if pid not in progress.signalled]
+    return due, dataclasses.replace(progress, writers_gone_at=gone_at,
+                                    signalled=progress.signalled | frozenset(due))
 
 
 def everything_left(table: Table, container: Container) -> list[int]:
@@ -355,76 +346,4 @@ def everything_left(table: Table, container: Container) -> list[int]:
 
 def shells(table: Table, pids: list[int]) -> list[int]:
     """The shells among PIDS: an interactive one ignores SIGTERM, and ends on SIGHUP."""
-    return [pid for pid in pids if (table[pid].program or table[pid].name) in ("bash", "sh", "dash", "zsh", "fish")]
-
-
-# ---- JupyterLab's own closes (jupyter_work_first.py) -------------------------------------------------
-
-def terminal_close(table: Table, shell: int, ignores_hangup: Callable[[int], bool]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """What a terminal's close stops first, and what it waits for: of look()'s choice below the terminal's
-    SHELL, what belongs to a job the close's hang-up would reach (a child of the shell in its session that
-    does not ignore SIGHUP; torchrun passes it on to its workers, whatever their session); and those jobs
-    themselves, whose launcher (torchrun, after its workers saved) would die of the hang-up if the terminal
-    closed before it exited. A `nohup` or `setsid` job outlives the terminal, as it always did, and so does
-    a `nohup` below a job's subshell (`cd DIR && nohup CMD &`, `( nohup CMD ) &`): the hang-up ends the
-    subshell, which does not ignore it, and never reaches what ignores it (reached_by_the_hang_up)."""
-    jobs = {pid for pid, process in table.items()
-            if process.parent == shell and process.session == shell and not ignores_hangup(pid)}
-    first = look(table, Container.below(shell)).signal
-    signalled = tuple(pid for pid in first
-                      if any(reached_by_the_hang_up(table, pid, job, ignores_hangup) for job in jobs))
-    return signalled, tuple(sorted(jobs)) if signalled else ()
-
-
-def reached_by_the_hang_up(table: Table, pid: int, job: int, ignores_hangup: Callable[[int], bool]) -> bool:
-    """Whether a terminal's hang-up to JOB (a child of its shell that does not ignore SIGHUP) ends PID:
-    PID is the job or below it, and neither PID nor any process between it and the job ignores SIGHUP
-    (what `nohup` started, and what that started, inherit its SIG_IGN)."""
-    if pid != job and not descends_from(table, pid, job):
-        return False
-    while pid != job:
-        if ignores_hangup(pid):
-            return False
-        pid = table[pid].parent
-    return True
-
-
-def kernel_close(table: Table, server: int, kernel: int, handles_sigterm: bool) -> tuple[int, ...]:
-    """What a busy kernel's shutdown stops first: look()'s choice below the SERVER, in the kernel's subtree
-    (the workers of a `!torchrun`), and the kernel itself only where its cell HANDLES_SIGTERM (a loop in a
-    cell). A loop that does not keeps JupyterLab's own way, SIGINT first, which a loop that saves on
-    KeyboardInterrupt relies on."""
-    first = look(table, Container.below(server)).signal
-    return tuple(pid for pid in first if (handles_sigterm if pid == kernel else descends_from(table, pid, kernel)))
-
-
-# ---- work that ended with a holder -------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Ended:
-    """A process the supervisor reaped that it did not start: an orphan (the user's work whose holder or
-    launcher ended) that ended. status: as a shell reports it, 128 + N for a death by signal N."""
-    pid: int
-    name: str
-    status: int
-    at: float
-
-
-def may_have_been_lost(name: str, status: int) -> bool:
-    """Whether an orphan that ended with STATUS may have been work lost: not 0, not a holder's."""
-    return status != 0 and not is_holder_by_name(name)
-
-
-def lost_with_a_holder(ended: list[Ended], since: float, told: set[int] | frozenset[int]) -> list[Ended]:
-    """The work that ended with a holder rather than by the stop: reaped at or after SINCE (the moment a
-    service ended on its own), one that may have been lost, and ended by anything but the stop's own
-    request, which is its SIGTERM (TOLD) answered with status 0 or 143. A trainer in a JupyterLab terminal
-    killed with the server dies of SIGHUP (129) before, or while, the stop signals it. torchrun's own status
-    1 is left out: its agent ends with 1 on a stop signal although its workers saved
-    (docs/torch-workarounds.md), and a worker that was lost ended as torchrun's child, not ours."""
-    answered_the_stop = (0, 128 + signal.SIGTERM)
-    return [process for process in ended
-            if process.at >= since and may_have_been_lost(process.name, process.status)
-            and not (process.pid in told and process.status in answered_the_stop)
-            and not (process.name == "torchrun" and process.status == 1)]
-
+    return [pid for pid in pids if (table[pid].program or table[pid].name) in SHELLS]

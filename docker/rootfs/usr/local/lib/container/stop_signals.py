@@ -18,8 +18,8 @@ STOP_REQUEST_FD = 3  # where JupyterLab finds the pipe to ask for the orderly st
 # Every signal an operator may send is waited for, never left to its default action, which would end the
 # supervisor at once and everything with it (signal_policy.signal_meaning says what each one means). The
 # faults stay a crash's, and SIGPIPE and SIGXFSZ stay ignored, as Python leaves them.
-FAULTS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT, signal.SIGTRAP,
-                    signal.SIGSYS})
+FAULTS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT,
+                    signal.SIGTRAP, signal.SIGSYS})
 WAITED_SIGNALS = frozenset(signal.valid_signals()) - FAULTS - {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL,
                                                                  signal.SIGSTOP}
 
@@ -68,30 +68,33 @@ class Signals:
         self.asked_by: str | None = None  # the service that asked for the stop, if one did
 
     def take(self, info: signal.struct_siginfo) -> bool:
-        """Acts on one signal; True when it stops the container."""
-        number = info.si_signo
-        meaning = signal_policy.signal_meaning(number, self.command_mode)
-        if meaning == "ignore":
+        """Acts on one signal as signal_policy.decide judges it; True when it stops the container."""
+        number, sender = info.si_signo, info.si_pid
+        descends = (not self.container.own_pid_namespace
+                    and process_table.descends_from(sender, self.container.supervisor))
+        action = signal_policy.decide(number, info.si_code, sender, supervisor=self.container.supervisor,
+                                      parent=os.getppid(), command_mode=self.command_mode,
+                                      requested_by=self.requests.requested_by,
+                                      own_pid_namespace=self.container.own_pid_namespace,
+                                      sender_descends=descends)
+        if action == "ignore":
             return False
-        if signal_policy.asked_by_a_service(number, info.si_pid, self.container.supervisor,
-                                            self.requests.requested_by):
+        if action == "asked by a service":
             self.asked_by = self.requests.requested_by
-            log(f"{self.asked_by} asked to shut down (JupyterLab's File > Shut Down): stopping as docker stop "
-                "does, your work first")
+            log(f"{self.asked_by} asked to shut down (JupyterLab's File > Shut Down): stopping as docker "
+                "stop does, your work first")
             return True
-        descends = not self.container.own_pid_namespace and process_table.descends_from(info.si_pid,
-                                                                                        self.container.supervisor)
-        if signal_policy.sent_from_inside(info.si_code, info.si_pid, os.getppid(),
-                                          self.container.own_pid_namespace, descends):
-            warn(f"ignored {signal_name(number)} from process {info.si_pid} "
-                 f"({process_table.read_command(info.si_pid)[:60] or 'gone'}) of this container: only the "
+        if action == "from inside":
+            warn(f"ignored {signal_name(number)} from process {sender} "
+                 f"({process_table.read_command(sender)[:60] or 'gone'}) of this container: only the "
                  "container's runtime stops it (docker stop)")
             return False
-        if meaning == "pass on":
+        if action == "pass on":
             table = process_table.snapshot(self.container)
             targets = stop_policy.look(table, self.container).signal
             process_table.signal_each(signal.Signals(number), targets)
-            log(f"passed {signal_name(number)} on to your work: {describe(targets, table) or 'none is running'}")
+            log(f"passed {signal_name(number)} on to your work: "
+                f"{describe(targets, table) or 'none is running'}")
             return False
         if number not in (signal.SIGTERM, signal.SIGINT):
             log(f"{signal_name(number)} received: stopping as docker stop does")

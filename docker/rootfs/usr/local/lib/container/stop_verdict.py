@@ -13,6 +13,8 @@ import dataclasses
 import signal
 from collections.abc import Mapping
 
+from stop_policy import is_holder_by_name
+
 DIED_OF_SIGTERM = 128 + signal.SIGTERM
 # What step 3's own signals give a session holder (a shell, sleep): it had nothing left to run.
 ENDED_BY_STEP_3 = (DIED_OF_SIGTERM, 128 + signal.SIGHUP)
@@ -72,3 +74,35 @@ def exit_status(ended_by: str, clean: bool, status: int = 0, spawned_by_hub: boo
     if status == 0 and spawned_by_hub and clean:
         return 0
     return status or 1
+
+
+# ---- work that ended with a holder, before the stop could ask it to save -----------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Ended:
+    """A process the supervisor reaped that it did not start: an orphan (the user's work whose holder or
+    launcher ended) that ended. status: as a shell reports it, 128 + N for a death by signal N."""
+    pid: int
+    name: str
+    status: int
+    at: float
+
+
+def may_have_been_lost(name: str, status: int) -> bool:
+    """Whether an orphan that ended with STATUS may have been work lost: not 0, not a holder's."""
+    return status != 0 and not is_holder_by_name(name)
+
+
+def lost_with_a_holder(ended: list[Ended], since: float, told: set[int] | frozenset[int]) -> list[Ended]:
+    """The work that ended with a holder rather than by the stop: reaped at or after SINCE (the moment a
+    service ended on its own), one that may have been lost, and ended by anything but the stop's own
+    request, which is its SIGTERM (TOLD) answered with status 0 or 143. A trainer in a JupyterLab terminal
+    killed with the server dies of SIGHUP (129) before, or while, the stop signals it. torchrun's own status
+    1 is left out: its agent ends with 1 on a stop signal although its workers saved
+    (docs/torch-workarounds.md), and a worker that was lost ended as torchrun's child, not ours."""
+    answered_the_stop = (0, 128 + signal.SIGTERM)
+    return [process for process in ended
+            if process.at >= since and may_have_been_lost(process.name, process.status)
+            and not (process.pid in told and process.status in answered_the_stop)
+            and not (process.name == "torchrun" and process.status == 1)]
+

@@ -58,7 +58,8 @@ def relay_limit_warnings(checks: str) -> None:
         warn(line)
 
 
-def spawn(argv: list[str], cwd: str | None = None, stdin: bool = False, stop_requests: int | None = None) -> int:
+def spawn(argv: list[str], cwd: str | None = None, stdin: bool = False,
+          stop_requests: int | None = None) -> int:
     """Starts ARGV in a session of its own, with the signals Python ignores or blocks back to default.
     Only the command gets the container's stdin (STDIN); a service reads /dev/null, as a shell's
     background job does. STOP_REQUESTS: the write end of a pipe the service gets as STOP_REQUEST_FD, to
@@ -199,8 +200,8 @@ def spawn_at_the_terminal(argv: list[str], name: str) -> int:
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
             os.execvp(argv[0], argv)
         except OSError as error:
-            os.write(2, f"{LOG_PREFIX} ERROR: cannot run {name}: {error.strerror}; check the command's name and "
-                        f"PATH\n".encode())
+            os.write(2, f"{LOG_PREFIX} ERROR: cannot run {name}: {error.strerror}; check the command's name "
+                        f"and PATH\n".encode())
         finally:
             os._exit(127)  # never back into this program's main, whatever went wrong
     try:
