@@ -202,6 +202,26 @@ def test_pip_install_torchvision_names_the_build_for_the_images_torch_in_one_lin
     assert login_shell(container, "python -c 'import torch; print(torch.__version__)'").stdout.strip() == before
 
 
+def test_torchvision_in_a_requirement_file_is_refused_in_the_same_one_line(cache_volume, containers):
+    """`pip install -r requirements.txt` naming torchvision (here in a file the first one names) is the same
+    request: one line naming the build for the image's torch, not pip's many lines of a failed resolve."""
+    container = containers(command=["sleep", "infinity"],
+                           options=["--volume", f"{cache_volume}:{CACHE_MOUNT}", *pip_trust_options()])
+    if image_has(container, "torchvision"):
+        pytest.skip("this image has torchvision: the torch pin covers it (test_replacing_torch_is_refused_with_one_line)")
+    container.run("mkdir -p /tmp/project && printf 'numpy  # ours\n-r vision.txt\n' > /tmp/project/requirements.txt"
+                  " && printf 'torchvision>=0.20\n' > /tmp/project/vision.txt")
+    refused = login_shell(container, "pip install -r /tmp/project/requirements.txt")
+    assert refused.rc != 0
+    line = one_line(refused)
+    assert "refused" in line and "torchvision" in line and "built for another torch" in line, line
+    # An index named in the file is the user's choice: pip asks it, and its answer is pip's (here the index
+    # is unreachable); never the refusal of an install from pip's default index.
+    container.run("printf -- '--index-url http://127.0.0.1:9/simple\ntorchvision\n' > /tmp/project/vision.txt")
+    named = login_shell(container, "pip install --retries 0 --timeout 2 -r /tmp/project/requirements.txt")
+    assert named.rc != 0 and "built for another torch" not in named.stdout + named.stderr, named.stdout
+
+
 OWN_TORCHVISION = (OWN_TORCH.replace("torch-2.5.0", "torchvision-0.20.0").replace("Name: torch", "Name: torchvision")
                    .replace("Version: 2.5.0", "Version: 0.20.0"))
 
