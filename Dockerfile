@@ -109,6 +109,8 @@ RUN --mount=type=bind,source=docker/build,target=/build \
 # image's config cannot change who gets in or the root folder (start/jupyter.sh holds it so at start).
 # PYTHONNOUSERSITE: Enroot and Apptainer mount the cluster's home, whose ~/.local would otherwise shadow
 # the image's torch; your own packages live in user-packages' environment instead (docs/runtimes.md).
+# CONTAINER_LOST_WORK_DIR: where a program tells the container's stop what the stop cost it (the sample
+# trainer, when its save fails), so the stop's last line says so (docs/how-it-runs.md, rule 19).
 ENV SHELL=/bin/bash \
     PYTHONNOUSERSITE=1 \
     JUPYTER_PATH=/usr/local/share/container/jupyter${JUPYTER_PATH:+:${JUPYTER_PATH}} \
@@ -117,6 +119,7 @@ ENV SHELL=/bin/bash \
     JUPYTER_CONTAINER_PORT=8888 \
     GPU_EXPORTER_PORT=9400 \
     LANG=C.UTF-8 \
+    CONTAINER_LOST_WORK_DIR=/run/container/lost \
     TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 
 # Everything baked into the image from docker/: configs, core start-up steps, healthcheck, motd.

@@ -131,7 +131,7 @@ run_user_hooks() {
 # A restarted container keeps its files: what the last start recorded is stale until this one is done.
 # The folder is writable by any uid (docker run --user runs start-up as that uid), so whatever a user left
 # under these names (a folder, a link) goes too; no process of the user's runs yet to race it.
-rm -rf -- "$STARTED_FILE" "$SERVICES_FILE" "$STOP_DIR" "$JUPYTER_URL_FILE" "$SETTINGS_FILE"
+rm -rf -- "$STARTED_FILE" "$SERVICES_FILE" "$STOP_DIR" "$LOST_DIR" "$JUPYTER_URL_FILE" "$SETTINGS_FILE"
 run_core_steps
 run_user_hooks
 # How this container runs, in one line (docs/how-it-runs.md has the table of what each part means).
@@ -147,6 +147,8 @@ fi
 # The stop's marker lives in a folder of the supervisor's own uid, where no other user can make one. Made
 # after the core steps, which name the tmpfs a read-only root needs here.
 mkdir -m 0755 "$STOP_DIR"
+# Where work tells the stop what it lost (run_folder.py): any uid may add a file, only ours list them.
+mkdir -m 1733 "$LOST_DIR"
 write_resolved_settings "$SETTINGS_FILE"
 # The supervisor (docs/how-it-runs.md) starts the services or the command, each in a session of its
 # own, touches $STARTED_FILE, and stops the container on SIGTERM. The image's own Python, with the

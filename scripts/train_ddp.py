@@ -61,6 +61,7 @@ from trainer.distributed import (SAVE_SIGNAL, Placement, StoppedWithNothingToSav
                                  start_process_group)
 from trainer.first_step import FirstStep, FirstStepClock
 from trainer.gpt import flops_per_token
+from trainer.lost_work import report_lost_work
 from trainer.metrics import (MetricsReporter, RankTotals, count_training_flops_per_sample, peak_flops,
                              state_bytes)
 from trainer.model import build_model, is_language_model
@@ -88,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         except CheckpointFailure as error:  # the same on every rank; each node's first rank says it
             if placement.local_rank == 0:
                 print(f"train_ddp.py: error: {error}", file=sys.stderr, flush=True)
+                if stop.received:  # the save a stop asked for: the container's stop must not call it clean
+                    report_lost_work(f"train_ddp.py stopped by {stop.received} without its last checkpoint: {error}")
             return error.status
         except StoppedWithNothingToSave as stopped:  # in the first step (compiling, maybe): it ends at once
             if placement.is_main:

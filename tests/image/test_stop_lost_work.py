@@ -15,7 +15,9 @@ import pytest
 
 from tests.support.containers import docker
 from tests.support.ssh_client import generate_key, public_line, run, ssh_session
-from tests.support.stopping import GRACE_PERIOD_S
+from tests.support.stopping import GRACE_PERIOD_S, TRAINER_STARTS_S
+from tests.support.training import TINY_RUN, trainer_command
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.tier("landing")
 
@@ -82,6 +84,24 @@ def test_the_same_job_that_saves_is_a_clean_stop(containers):
     container = nohup_job_over_ssh(containers, saves)
     logs = stop(container)
     assert logs.splitlines()[-1].endswith("stopped cleanly") and container.state()["ExitCode"] == 0, logs[-3000:]
+
+
+def test_the_sample_trainer_in_tmux_whose_last_save_fails_is_named_and_the_stop_is_not_clean(containers):
+    """The real trainer in tmux, its checkpoint disk too small for the save the stop asks for: tmux's shell
+    reaps it, so the stop never sees its status; the trainer leaves its one line in the run folder, and the
+    stop names it (before, this stop said "stopped cleanly" and exited 0)."""
+    container = containers(options=["--tmpfs", "/ckpt:size=1m,mode=1777", "--env", "ENABLE_JUPYTER=0",
+                                    "--env", "ENABLE_SSH=0", "--env", "OMP_NUM_THREADS=1"])
+    container.wait_until_started()
+    flags = f"{TINY_RUN} --max-steps 100000 --save-every 0 --num-workers 0 --ckpt-dir /ckpt/run"
+    command = trainer_command(flags, nproc=None, timeout_s=None)
+    container.run(f"tmux new -d -s train {shlex.quote(f'{command} > /tmp/t.log 2>&1')}")
+    wait_until(lambda: container.run("grep -q 'step 2/' /tmp/t.log").rc == 0, TRAINER_STARTS_S,
+               failure=lambda: container.run("cat /tmp/t.log").stdout)
+    logs = stop(container)
+    said = [line for line in logs.splitlines() if "ended without saving:" in line]
+    assert said and "train_ddp.py stopped by SIGTERM without its last checkpoint: no space left" in said[0], logs[-3000:]
+    assert "stopped, but not cleanly" in logs.splitlines()[-1] and container.state()["ExitCode"] == 1, logs[-3000:]
 
 
 def test_an_out_of_memory_kill_is_named_and_makes_a_later_stop_not_clean(containers):

@@ -19,7 +19,7 @@ from tests.support import REPO_ROOT
 CONTAINER_LIB = REPO_ROOT / "docker/rootfs/usr/local/lib/container"
 SHELL_NAMES = {"RUN_DIR": "RUN_DIR", "SETTINGS_FILE": "SETTINGS", "STARTED_FILE": "STARTED",
                "SERVICES_FILE": "SERVICES", "JUPYTER_URL_FILE": "JUPYTER_URL", "STOP_DIR": "STOP_DIR",
-               "STOPPING_FILE": "STOPPING", "LOG_PREFIX": "LOG_PREFIX"}
+               "STOPPING_FILE": "STOPPING", "LOST_DIR": "LOST_DIR", "LOG_PREFIX": "LOG_PREFIX"}
 
 
 def shell_values(script: str, names: list[str]) -> dict[str, str]:

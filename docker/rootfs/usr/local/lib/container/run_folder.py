@@ -20,6 +20,11 @@ JUPYTER_URL = f"{RUN_DIR}/jupyter-url"  # JupyterLab's own address (start/jupyte
 # kernel_stop.py, python-kernel and jupyter_work_first.py read it).
 STOP_DIR = f"{RUN_DIR}/stop"
 STOPPING = f"{STOP_DIR}/stopping"
+# What work a stop cost, as the work itself tells it (a trainer whose save failed, reaped by its own shell
+# where the supervisor never sees its status): one file per process, PID its name, a line its text. Made
+# at start-up, writable by every uid, listable by the supervisor's only; the image's ENV names it
+# (CONTAINER_LOST_WORK_DIR) for programs outside this library.
+LOST_DIR = f"{RUN_DIR}/lost"
 LOG_PREFIX = "[start]"
 DEFAULT_STOP_TIMEOUT_S = 25
 

@@ -9,4 +9,5 @@ readonly SERVICES_FILE=$RUN_DIR/services
 readonly JUPYTER_URL_FILE=$RUN_DIR/jupyter-url
 readonly STOP_DIR=$RUN_DIR/stop
 readonly STOPPING_FILE=$STOP_DIR/stopping
+readonly LOST_DIR=$RUN_DIR/lost
 readonly LOG_PREFIX='[start]'

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import time
 
 import process_table
@@ -23,7 +24,7 @@ import stop_policy
 import stop_verdict
 from children import FIRST_POLL_S, POLL_S, Children
 from oom_watch import OomWatch
-from run_folder import STOPPING, log, warn
+from run_folder import LOST_DIR, STOPPING, log, warn
 
 RESCAN_EVERY_S = 1.0    # at most this often, after some of the work exited, the table is read again
 # Step 3 first gives the work still running, top first, this long to end before everything else gets
@@ -32,6 +33,8 @@ RESCAN_EVERY_S = 1.0    # at most this often, after some of the work exited, the
 WORK_FIRST_S = 3
 COMMAND_ENDS_S = 2      # how long a command whose work has ended may take to end by itself
 DESCRIBED_AT_MOST = 8
+REPORTS_READ = 64       # reports of lost work read at most (run_folder.LOST_DIR), each its first line
+REPORT_BYTES = 512
 
 
 def describe(pids: list[int] | tuple[int, ...] | set[int], table: stop_policy.Table) -> str:
@@ -47,6 +50,24 @@ def describe(pids: list[int] | tuple[int, ...] | set[int], table: stop_policy.Ta
 
 def still_alive(pids: set[int]) -> set[int]:
     return {pid for pid in pids if process_table.is_alive(pid)}
+
+
+def read_reports(since: float) -> dict[int, str]:
+    """The lines programs left in LOST_DIR at or after SINCE (time.time()): regular files named by a PID,
+    the first line of each, at most REPORTS_READ of them; a link or anything odd is passed over."""
+    reports: dict[int, str] = {}
+    with contextlib.suppress(OSError):
+        names = sorted(name for name in os.listdir(LOST_DIR) if name.isdigit())[:REPORTS_READ]
+        for name in names:
+            with contextlib.suppress(OSError):
+                descriptor = os.open(os.path.join(LOST_DIR, name),
+                                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO must not hold it
+                with os.fdopen(descriptor, "rb") as file:
+                    status = os.fstat(file.fileno())
+                    if stat.S_ISREG(status.st_mode) and status.st_mtime >= since:
+                        line = file.read(REPORT_BYTES).decode("utf-8", "replace").splitlines()[:1]
+                        reports[int(name)] = "".join(line).strip() or "(an empty report)"
+    return reports
 
 
 def mark_stopping() -> None:
@@ -72,6 +93,7 @@ class Stop:
         self.oom = oom
         self.signalled: dict[int, stop_verdict.Signalled] = {}  # the work sent SIGTERM, as it was when sent
         self.command_ran_into_the_stop = False  # the command was running when the stop began
+        self.started_at = time.time()  # reports of lost work older than the stop are not its own
         self.clean = True
         self.work_ended = True
         self.progress = stop_policy.Progress()
@@ -221,6 +243,7 @@ class Stop:
         kernel's out-of-memory killer ended while the container ran: never a clean stop."""
         command = self.children.status.get(self.command) if self.command_ran_into_the_stop else None
         lost = stop_verdict.unsaved(self.signalled, self.children.status)
+        lost += stop_verdict.reported(read_reports(self.started_at))
         if self.command not in self.signalled and stop_verdict.command_failed(command):
             lost.append(f"the command {self.command} exited with status {command}")
         if lost:
@@ -239,6 +262,7 @@ class Stop:
     def run(self) -> None:
         # The stop signals stay blocked: a second `docker stop` does not cut the orderly stop short.
         self.command_ran_into_the_stop = self.command is not None and self.command not in self.children.status
+        self.started_at = time.time() - 1  # a report's time, as the file system keeps it, may lag a little
         mark_stopping()
         self.stop_user_work()
         self.wait_for_the_command()

@@ -76,6 +76,12 @@ def exit_status(ended_by: str, clean: bool, status: int = 0, spawned_by_hub: boo
     return status or 1
 
 
+def reported(reports: Mapping[int, str]) -> list[str]:
+    """What programs wrote into the run folder's LOST_DIR during the stop, PID: its line, as the log names
+    it: a trainer in an SSH or tmux shell whose save failed, whose status only its shell sees."""
+    return [f"{pid} said: {line}" for pid, line in sorted(reports.items())]
+
+
 # ---- work that ended with a holder, before the stop could ask it to save -----------------------------
 
 @dataclasses.dataclass(frozen=True)
