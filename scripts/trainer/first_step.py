@@ -35,29 +35,40 @@ def process_age_s() -> float:
 
 @dataclasses.dataclass(frozen=True)
 class CompileCounts:
-    """torch's cumulative compile time in this process, and its FX graph cache's hits and misses."""
+    """torch's cumulative compile time in this process, its FX graph cache's hits and misses, and the C++
+    kernels in Inductor's cache folder (its .so files): a graph from the cache still has its kernels built
+    where the folder lacks them (a warm resume into an empty cache on a CPU: seconds of g++ each)."""
 
     seconds: float = 0.0
     hits: int = 0
     misses: int = 0
+    kernels: int = 0
 
     @classmethod
     def now(cls) -> CompileCounts:
         from torch._dynamo.utils import calculate_time_spent, counters
         inductor = counters["inductor"]
         return cls(calculate_time_spent().get("total_wall_time", 0.0), inductor["fxgraph_cache_hit"],
-                   inductor["fxgraph_cache_miss"])
+                   inductor["fxgraph_cache_miss"], kernels_in_the_cache())
 
     def warmth(self) -> str:
         graphs = self.hits + self.misses
         if not graphs:
             return "no graph went through the cache"
         if not self.misses:
-            return f"warm: all {graphs} graphs from the cache"
+            built = f", yet {self.kernels} C++ kernels compiled again" if self.kernels else ""
+            return f"warm: all {graphs} graphs from the cache{built}"
         return f"cold: {self.misses} of {graphs} graphs compiled, {self.hits} from the cache"
 
     def since(self, before: CompileCounts) -> CompileCounts:
-        return CompileCounts(self.seconds - before.seconds, self.hits - before.hits, self.misses - before.misses)
+        return CompileCounts(self.seconds - before.seconds, self.hits - before.hits, self.misses - before.misses,
+                             self.kernels - before.kernels)
+
+
+def kernels_in_the_cache() -> int:
+    """The compiled kernels (.so files) in Inductor's cache folder: read twice a run, at the first step."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    return sum(name.endswith(".so") for _, _, names in os.walk(cache_dir()) for name in names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +105,8 @@ class FirstStep:
                   "checkpoint_load_s": self.checkpoint_load_s, "compile_s": self.compile_s,
                   "first_step_s": self.step_s - self.compile_s}
         if self.compile is not None:
-            record.update(compile_cache_hits=self.compile.hits, compile_cache_misses=self.compile.misses)
+            record.update(compile_cache_hits=self.compile.hits, compile_cache_misses=self.compile.misses,
+                          compiled_kernels=self.compile.kernels)
         return record
 
 
@@ -119,7 +131,10 @@ class FirstStepClock:
             mine = CompileCounts.now().since(self.compile_before)
             counts = torch.tensor([mine.hits, mine.misses], dtype=torch.int64)
             dist.all_reduce(counts, group=group)
-            compiled = CompileCounts(mine.seconds, int(counts[0]), int(counts[1]))
+            # Ranks on a node share the cache folder, so each sees the others' kernels: the most any saw.
+            kernels = torch.tensor([mine.kernels], dtype=torch.int64)
+            dist.all_reduce(kernels, op=dist.ReduceOp.MAX, group=group)
+            compiled = CompileCounts(mine.seconds, int(counts[0]), int(counts[1]), int(kernels[0]))
         lost = inductor_cache_lost() if self.compiling else None
         return FirstStep(self.startup_s, self.step_started - self.resume_started, step_s, compiled, lost,
                          why_the_cache_is_lost())

@@ -68,6 +68,8 @@ def test_a_resume_in_an_empty_cache_compiles_warm_and_rewrites_nothing(saved_run
     output, records = train(ckpt, tmp_path / "empty-cache", 4, saved_run.parent / "key")
     assert f"compiled code loaded from {compiled_code_path(ckpt, 0)}" in output, output
     assert "resumed from" in output and "warm: all" in output, output
+    # A new cache folder holds no compiled kernel: on a CPU each is built again, and the line says so.
+    assert f"yet {records[0]['compiled_kernels']} C++ kernels compiled again" in output, output
     first = records[0]
     assert first["step"] == 3 and first["compile_cache_hits"] > 0 and first["compile_cache_misses"] == 0, first
     assert first["time_to_first_step_s"] >= first["startup_s"] + first["compile_s"], first

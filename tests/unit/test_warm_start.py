@@ -185,7 +185,12 @@ def test_the_first_step_line_splits_the_time_and_says_warm_or_cold():
     assert "compile 5.0 s (warm: all 12 graphs from the cache)" in warm.line()
     assert warm.record() == {"time_to_first_step_s": 13.5, "startup_s": 6.0, "checkpoint_load_s": 0.5,
                              "compile_s": 5.0, "first_step_s": 2.0, "compile_cache_hits": 12,
-                             "compile_cache_misses": 0}
+                             "compile_cache_misses": 0, "compiled_kernels": 0}
+    # Every graph from the cache, but its kernels built again into an empty cache folder (a CPU's g++):
+    # the time is not called warm without saying where it went.
+    rebuilt = FirstStep(startup_s=3.0, checkpoint_load_s=0.0, step_s=25.0, compile=CompileCounts(24.9, 6, 0, 28))
+    assert "compile 24.9 s (warm: all 6 graphs from the cache, yet 28 C++ kernels compiled again)" in rebuilt.line()
+    assert rebuilt.record()["compiled_kernels"] == 28
     plain = FirstStep(startup_s=3.0, checkpoint_load_s=0.0, step_s=0.5, compile=None)
     assert plain.line() == ("first step 3.5 s after the process started: start-up 3.0 s, checkpoint load 0.0 s, "
                             "the step itself 0.5 s")
