@@ -93,7 +93,7 @@ class Stop:
         self.oom = oom
         self.signalled: dict[int, stop_verdict.Signalled] = {}  # the work sent SIGTERM, as it was when sent
         self.command_ran_into_the_stop = False  # the command was running when the stop began
-        self.started_at = time.time()  # reports of lost work older than the stop are not its own
+        self.started_at = 0.0  # when run() began the stop: older reports of lost work are not its own
         self.clean = True
         self.work_ended = True
         self.progress = stop_policy.Progress()
