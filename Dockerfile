@@ -146,7 +146,6 @@ RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTI
  # torch.compile's caches in ~/.cache, kept with the home's caches, for every Python (the file says why).
  && ln -s /usr/local/lib/container/compile-cache.pth /usr/local/lib/container/container_compile_cache.py \
       "$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/" \
- && ln -sf /opt/scripts/doctor.py /usr/local/bin/doctor \
  # Group 0 with the owner's rights (g=u): OpenShift runs the image as an arbitrary uid in group 0.
  # What a base left in it (NGC's license and tutorials, world-writable) becomes the user's the same way.
  && install -d -o "$CONTAINER_USER" -g 0 -m 0775 /workspace \
@@ -159,7 +158,7 @@ RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTI
 COPY scripts/ /opt/scripts/
 # The supervisor and what it imports (doctor, at every start) compiled once here: it writes no bytecode
 # itself, so nothing of the image changes at run time.
-RUN python3 -m compileall -q /usr/local/lib/container /opt/scripts/doctor.py
+RUN python3 -m compileall -q /usr/local/lib/container /opt/scripts/doctor
 
 WORKDIR /workspace
 EXPOSE ${JUPYTER_CONTAINER_PORT} ${SSH_CONTAINER_PORT}

@@ -29,7 +29,7 @@ Doctor = Callable[..., "testinfra.backend.base.CommandResult"]
 def doctor(torch_host: testinfra.host.Host, scripts_dir: str) -> Doctor:
     """Runs doctor with ARGS on the torch host, after an optional shell SETUP (variables, ulimit)."""
     def run(args: str = "", setup: str = "", python: str = "python"):
-        return torch_host.run(f"{setup} timeout {DOCTOR_TIMEOUT_S} {python} {scripts_dir}/doctor.py {args}")
+        return torch_host.run(f"{setup} timeout {DOCTOR_TIMEOUT_S} {python} {scripts_dir}/doctor {args}")
     return run
 
 
@@ -138,7 +138,7 @@ def test_busy_rendezvous_port_is_reported(torch_host: testinfra.host.Host, scrip
     # The port must be held on the torch host itself, so one Python there holds it while doctor runs.
     hold_port_and_run_doctor = (
         "import socket, subprocess, sys; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
-        f"doctor = [sys.executable, '{scripts_dir}/doctor.py', '--json', '--skip', 'allreduce,torch,gpus', "
+        f"doctor = [sys.executable, '{scripts_dir}/doctor', '--json', '--skip', 'allreduce,torch,gpus', "
         "'--port', str(s.getsockname()[1])]; "
         "sys.exit(subprocess.run(doctor).returncode)")
     result = torch_host.run(f"timeout {DOCTOR_TIMEOUT_S} python -c \"{hold_port_and_run_doctor}\"")
@@ -190,11 +190,11 @@ def test_help_explains_checks_and_exit_codes(doctor: Doctor) -> None:
     assert all(name in result.stdout for name in ALL_CHECKS)
 
 
-def test_runs_as_one_copied_file_with_only_the_standard_library(torch_host: testinfra.host.Host,
-                                                                 scripts_dir: str) -> None:
-    # What a user does on a bare GPU host: copy the one file and run it with the system's python3.
-    result = torch_host.run(f"dir=$(mktemp -d) && cp {scripts_dir}/doctor.py $dir/ && cd $dir && "
-                            f"timeout 60 python3 -I doctor.py --json {OS_CHECKS_ONLY}")
+def test_runs_as_one_copied_folder_with_only_the_standard_library(torch_host: testinfra.host.Host,
+                                                                   scripts_dir: str) -> None:
+    # What a user does on a bare GPU host: copy the one folder and run it with the system's python3.
+    result = torch_host.run(f"dir=$(mktemp -d) && cp -r {scripts_dir}/doctor $dir/ && cd $dir && "
+                            f"timeout 60 python3 -I doctor --json {OS_CHECKS_ONLY}")
     assert result.rc in (0, EXIT_WARN), result.stderr
     assert {"shm", "memlock", "stack", "port"} <= checks_of(result).keys()
 
@@ -202,7 +202,7 @@ def test_runs_as_one_copied_file_with_only_the_standard_library(torch_host: test
 def test_a_closed_pipe_ends_quietly(torch_host: testinfra.host.Host, scripts_dir: str) -> None:
     # `doctor | head` once ended in a BrokenPipe traceback. Here the reader is gone before doctor writes
     # (it starts a second later), so every write meets a closed pipe.
-    result = torch_host.run(f"{{ sleep 1; timeout 60 python {scripts_dir}/doctor.py {OS_CHECKS_ONLY}; }} | true")
+    result = torch_host.run(f"{{ sleep 1; timeout 60 python {scripts_dir}/doctor {OS_CHECKS_ONLY}; }} | true")
     assert result.rc == 0
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
     assert "Exception ignored" not in result.stderr, result.stderr

@@ -15,7 +15,6 @@ supervisor), process_table.py (reading /proc), run_folder.py (the names).
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import signal
 import sys
@@ -34,7 +33,7 @@ from stop import Stop, describe  # noqa: E402
 from stop_signals import STOP_REQUEST_FD, WAITED_SIGNALS, Signals, StopRequests  # noqa: E402
 from stop_verdict import exit_status  # noqa: E402
 
-DOCTOR = "/opt/scripts/doctor.py"
+SCRIPTS = "/opt/scripts"  # doctor is a package there
 # A service's end is seen as its SIGCHLD arrives; what ended with it (its terminals' jobs) ended no earlier
 # than this before the supervisor looked, and is named by the stop.
 SERVICE_END_SEEN_WITHIN_S = 1.0
@@ -44,16 +43,16 @@ PR_SET_CHILD_SUBREAPER = 36
 # ---- starting ------------------------------------------------------------------------------------
 
 def relay_limit_warnings(checks: str) -> None:
-    """doctor's own checks, run in this interpreter: the thresholds and fixes live only in doctor.py."""
+    """doctor's limit checks, run in this interpreter: their thresholds and fixes live in its limits.py."""
+    sys.path.append(SCRIPTS)  # for this import only, after the standard library, so nothing there shadows it
     try:
-        spec = importlib.util.spec_from_file_location("doctor", DOCTOR)
-        doctor = importlib.util.module_from_spec(spec)
-        sys.modules["doctor"] = doctor  # its dataclasses look their module up there
-        spec.loader.exec_module(doctor)
-        lines = doctor.brief_lines(doctor.run_checks(doctor.parse_args(["--only", checks])))
+        from doctor import limits, report
+        lines = report.brief_lines(limits.check(checks.split(",")))
     except Exception as error:  # a broken doctor costs its warnings, never the container
-        warn(f"could not check the container's limits ({DOCTOR}: {error!r})")
+        warn(f"could not check the container's limits ({SCRIPTS}/doctor: {error!r})")
         return
+    finally:
+        sys.path.remove(SCRIPTS)
     for line in lines:
         warn(line)
 
