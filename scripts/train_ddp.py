@@ -49,13 +49,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from trainer import huggingface, output, prometheus
 from trainer.checkpointer import CheckpointFailure, Checkpointer
 from trainer.config import parse_config
 from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages, SyntheticTokens,
-                          TokenFile, detach_from_terminal_signals, load_image_folder)
+                          TokenFile, load_image_folder, make_loader)
 from trainer.distributed import (SAVE_SIGNAL, Placement, StoppedWithNothingToSave, StopSignal, choose_device,
                                  finish_process_group, freeze_what_lives_as_long_as_the_process, read_placement,
                                  start_process_group)
@@ -142,10 +142,9 @@ def build_training(args: argparse.Namespace, *, placement: Placement, device: to
     # The scaler only acts for fp16, whose narrow range would underflow small gradients.
     scaler = torch.amp.GradScaler(device.type, enabled=precision == torch.float16)
     sampler = ResumableDistributedSampler(dataset, seed=args.seed)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True,
-                        num_workers=args.num_workers, worker_init_fn=detach_from_terminal_signals,
-                        pin_memory=device.type == "cuda" if args.pin_memory is None else args.pin_memory,
-                        persistent_workers=args.persistent_workers and args.num_workers > 0)
+    loader = make_loader(dataset, sampler, batch_size=args.batch_size, num_workers=args.num_workers,
+                         pin_memory=device.type == "cuda" if args.pin_memory is None else args.pin_memory,
+                         persistent_workers=args.persistent_workers)
     state = TrainingState(model, optimizer=optimizer, scaler=scaler, scheduler=scheduler,
                           stream=MicroBatchStream(loader, sampler=sampler), args=args,
                           placement=placement, device=device, precision=precision, group=group)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 NOISE_SCALE = 1.5  # large enough that the task takes some steps to learn, small enough to learn
 
@@ -115,6 +115,14 @@ class ResumableDistributedSampler(DistributedSampler):
 
     def __len__(self) -> int:
         return self.num_samples - self.first_index
+
+
+def make_loader(dataset: Dataset, sampler: Sampler, *, batch_size: int, num_workers: int, pin_memory: bool,
+                persistent_workers: bool) -> DataLoader:
+    """The trainer's DataLoader: NUM_WORKERS processes forked from this one, each in a process group of its own."""
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, num_workers=num_workers,
+                      worker_init_fn=detach_from_terminal_signals, pin_memory=pin_memory,
+                      persistent_workers=persistent_workers and num_workers > 0)
 
 
 def detach_from_terminal_signals(worker_id: int) -> None:
