@@ -82,7 +82,8 @@ if ((PPID == 1)); then OWN_PID_NAMESPACE=1; else OWN_PID_NAMESPACE=0; fi
 unset JUPYTER_PLATFORM_AUTH_CHECKED
 # shellcheck disable=SC2034  # set by set_up_container_user, read by the later steps
 CONTAINER_UID="" CONTAINER_GID=""
-# Where the user's work is kept: /workspace, or a platform's home volume (resolve_workspace, start/workspace.sh).
+# Where the user's work is kept: /workspace, or a platform's home volume (resolve_workspace,
+# start/workspace.sh).
 CONTAINER_WORKSPACE=/workspace
 AS_USER=()   # the prefix that runs a command as the container user (set_up_container_user sets it)
 # 1 where the user's work must run as the container's root (rootless Podman's default namespace, with
@@ -140,7 +141,8 @@ log_info "$(describe_resolved_mode)"
 if ((ENABLE_SSH)); then write_session_env; fi
 if [[ $CONTAINER_MODE == command ]]; then
   # Root keeps root only by asking for it (docker exec --user root), never because a step went missing.
-  ((EUID != 0 || ${#AS_USER[@]} || WORK_RUNS_AS_CONTAINER_ROOT)) || fatal "internal: the container user was not set up; the command did not run"
+  ((EUID != 0 || ${#AS_USER[@]} || WORK_RUNS_AS_CONTAINER_ROOT)) ||
+    fatal "internal: the container user was not set up; the command did not run"
 else
   set -- "${JUPYTER_EXTRA_ARGS[@]}"
 fi

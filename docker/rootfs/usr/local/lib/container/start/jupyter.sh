@@ -29,7 +29,8 @@ keep_jupyter_token() {
   # shellcheck disable=SC2016  # $1 is expanded by the user's sh
   printf '%s\n' "$1" | "${AS_USER[@]}" sh -c 'umask 077 && mkdir -p "$(dirname "$1")" && cat >"$1"' \
     keep-token "$HOME/$JUPYTER_TOKEN_FILE_NAME" && return
-  log_warn "could not keep the Jupyter token in $HOME/$JUPYTER_TOKEN_FILE_NAME; the next start makes a new one"
+  log_warn "could not keep the Jupyter token in $HOME/$JUPYTER_TOKEN_FILE_NAME;" \
+           "the next start makes a new one"
   return 1
 }
 
@@ -51,16 +52,20 @@ check_jupyter_password_hash() {
   "${AS_USER[@]}" python3 "$PASSWORD_HASH_CHECK" || status=$?
   case $status in
     0) ;;
-    3) fatal "JUPYTER_PASSWORD_HASH is the hash of an empty password, which lets anyone in; make one of a real password with: $MAKE_PASSWORD_HASH" ;;
-    *) fatal "JUPYTER_PASSWORD_HASH cannot be checked (damaged or cut short?), so nobody could log in; make a new one with: $MAKE_PASSWORD_HASH" ;;
+    3) fatal "JUPYTER_PASSWORD_HASH is the hash of an empty password, which lets anyone in; make one of a" \
+             "real password with: $MAKE_PASSWORD_HASH" ;;
+    *) fatal "JUPYTER_PASSWORD_HASH cannot be checked (damaged or cut short?), so nobody could log in; make" \
+             "a new one with: $MAKE_PASSWORD_HASH" ;;
   esac
 }
 
 check_jupyter_token() {
   [[ -n ${JUPYTER_TOKEN//[[:space:]]/} ]] ||
-    fatal "JUPYTER_TOKEN is only whitespace; set a real token (openssl rand -hex 24), or leave it empty to get one"
+    fatal "JUPYTER_TOKEN is only whitespace; set a real token (openssl rand -hex 24), or leave it empty to" \
+          "get one"
   ((${#JUPYTER_TOKEN} >= MIN_JUPYTER_TOKEN_LENGTH)) ||
-    fatal "JUPYTER_TOKEN has ${#JUPYTER_TOKEN} characters, too few to be secret; use at least $MIN_JUPYTER_TOKEN_LENGTH (openssl rand -hex 24), or leave it empty to get one"
+    fatal "JUPYTER_TOKEN has ${#JUPYTER_TOKEN} characters, too few to be secret; use at least" \
+          "$MIN_JUPYTER_TOKEN_LENGTH (openssl rand -hex 24), or leave it empty to get one"
 }
 
 # `start-services ARGS` hands ARGS to JupyterLab, and one of them may be its base URL, which the healthcheck
@@ -77,23 +82,27 @@ take_the_base_url_from_jupyters_arguments() {
       *) kept+=("$argument"); continue ;;
     esac
     if [[ -n ${JUPYTER_BASE_URL:-} && ${JUPYTER_BASE_URL%/} != "${value%/}" ]]; then
-      fatal "JUPYTER_BASE_URL=$JUPYTER_BASE_URL and JupyterLab's argument ${argument%%=*} $value disagree; set only one of them"
+      fatal "JUPYTER_BASE_URL=$JUPYTER_BASE_URL and JupyterLab's argument ${argument%%=*} $value disagree;" \
+            "set only one of them"
     fi
     JUPYTER_BASE_URL=$value
   done
   JUPYTER_EXTRA_ARGS=(${kept[@]+"${kept[@]}"})
 }
 
-# JupyterLab's login is the image's to set (jupyter_server_config.py, from JUPYTER_TOKEN, JUPYTER_PASSWORD_HASH
-# and JUPYTER_AUTH), and its settings there win over the same ones given as arguments: an argument that
-# sets the token, password or identity provider would be overridden without a word, so it stops the start.
+# JupyterLab's login is the image's to set (jupyter_server_config.py, from JUPYTER_TOKEN,
+# JUPYTER_PASSWORD_HASH and JUPYTER_AUTH), and its settings there win over the same ones given as
+# arguments: an argument that sets the token, password or identity provider would be overridden without a
+# word, so it stops the start.
 refuse_login_arguments() {
   local argument
   for argument in ${JUPYTER_EXTRA_ARGS[@]+"${JUPYTER_EXTRA_ARGS[@]}"}; do
     case $argument in
       --*IdentityProvider.* | --ServerApp.token* | --ServerApp.password* | --NotebookApp.token* | \
         --NotebookApp.password* | --ServerApp.identity_provider_class* | --ServerApp.login_handler_class*)
-        fatal "JupyterLab's argument ${argument%%=*} would be overridden by the image's login settings; set JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH instead (JUPYTER_AUTH=platform where a platform in front authenticates)" ;;
+        fatal "JupyterLab's argument ${argument%%=*} would be overridden by the image's login settings; set" \
+              "JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH instead (JUPYTER_AUTH=platform where a platform in" \
+              "front authenticates)" ;;
     esac
   done
 }
@@ -115,7 +124,8 @@ read_jupyter_base_url() {
 # (Both variables are Jupyter's own, not settings of this image.)
 put_the_image_config_first() {
   if [[ -v JUPYTER_NO_CONFIG && -n $JUPYTER_NO_CONFIG ]]; then
-    fatal "JUPYTER_NO_CONFIG is set, which makes JupyterLab skip the image's settings (its login, address and folder); unset it"
+    fatal "JUPYTER_NO_CONFIG is set, which makes JupyterLab skip the image's settings (its login, address" \
+          "and folder); unset it"
   fi
   local given=""
   [[ -v JUPYTER_CONFIG_PATH ]] && given=$JUPYTER_CONFIG_PATH
@@ -150,13 +160,14 @@ use_the_hubs_authentication() {
 # addresses): else a web page whose name its owner points at 127.0.0.1 (DNS rebinding) reaches a
 # terminal through a port published there. Jupyter matches names only, so an address or a port is refused.
 read_jupyter_allowed_hosts() {
-  local names=() name listed=()
+  local names=() name listed=() HOST_NAME='^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$'
   IFS=, read -ra names <<<"${JUPYTER_ALLOWED_HOSTS:-}"
   for name in "${names[@]}"; do
     name=${name//[[:space:]]/} name=${name,,}
     [[ -n $name ]] || continue
-    [[ $name =~ ^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$ && ! $name =~ ^[0-9.]+$ ]] ||
-      fatal "JUPYTER_ALLOWED_HOSTS: '$name' is not a host name; list the names the platform serves JupyterLab under, without a port or scheme (Jupyter admits addresses only on loopback)"
+    [[ $name =~ $HOST_NAME && ! $name =~ ^[0-9.]+$ ]] ||
+      fatal "JUPYTER_ALLOWED_HOSTS: '$name' is not a host name; list the names the platform serves" \
+            "JupyterLab under, without a port or scheme (Jupyter admits addresses only on loopback)"
     listed+=("$name")
   done
   local IFS=,
@@ -165,14 +176,17 @@ read_jupyter_allowed_hosts() {
 
 use_the_platforms_authentication() {
   [[ -z ${JUPYTER_TOKEN:-}${JUPYTER_PASSWORD_HASH:-} ]] ||
-    fatal "JUPYTER_AUTH=platform turns Jupyter's own login off, but JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH is set too; unset them, or unset JUPYTER_AUTH"
+    fatal "JUPYTER_AUTH=platform turns Jupyter's own login off, but JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH" \
+          "is set too; unset them, or unset JUPYTER_AUTH"
   JUPYTER_ALLOWED_HOSTS=$(read_jupyter_allowed_hosts) || exit_after_its_line
   log_warn "JUPYTER_AUTH=platform: JupyterLab runs WITHOUT its own token or password; only the platform in" \
-           "front of it (Kubeflow's Istio and auth proxy, an authenticating reverse proxy) keeps others out." \
-           "It answers only requests for localhost${JUPYTER_ALLOWED_HOSTS:+,$JUPYTER_ALLOWED_HOSTS} and loopback addresses" \
-           "(JUPYTER_ALLOWED_HOSTS: the platform's host names). Never publish port $JUPYTER_CONTAINER_PORT where anyone can reach it directly."
+           "front of it (Kubeflow's Istio and auth proxy, an authenticating reverse proxy) keeps others" \
+           "out. It answers only requests for localhost${JUPYTER_ALLOWED_HOSTS:+,$JUPYTER_ALLOWED_HOSTS}" \
+           "and loopback addresses (JUPYTER_ALLOWED_HOSTS: the platform's host names). Never publish port" \
+           "$JUPYTER_CONTAINER_PORT where anyone can reach it directly."
   export JUPYTER_ALLOWED_HOSTS
-  log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}${JUPYTER_BASE_URL} (authenticated by the platform)"
+  log_info "JupyterLab: http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}${JUPYTER_BASE_URL} (authenticated by" \
+           "the platform)"
   # jupyter_server_config.py leaves the token empty only with this mark of the checks above.
   export JUPYTER_PLATFORM_AUTH_CHECKED=1
 }
@@ -180,7 +194,8 @@ use_the_platforms_authentication() {
 use_jupyters_own_authentication() {
   if [[ -n ${JUPYTER_PASSWORD_HASH:-} ]]; then
     check_jupyter_password_hash
-    log_info "JupyterLab: password login (JUPYTER_PASSWORD_HASH) at http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}${JUPYTER_BASE_URL}"
+    log_info "JupyterLab: password login (JUPYTER_PASSWORD_HASH) at" \
+             "http://127.0.0.1:${JUPYTER_HOST_PORT:-8888}${JUPYTER_BASE_URL}"
   elif [[ -n ${JUPYTER_TOKEN:-} ]]; then
     check_jupyter_token
   else
@@ -200,7 +215,9 @@ prepare_jupyter_auth() {
     case $JUPYTER_AUTH in
       token) use_jupyters_own_authentication ;;
       platform) use_the_platforms_authentication ;;
-      *) fatal "JUPYTER_AUTH='$JUPYTER_AUTH' is not a kind of authentication; leave it unset (Jupyter's own token or password), or set it to platform where a platform in front of JupyterLab authenticates (Kubeflow)" ;;
+      *) fatal "JUPYTER_AUTH='$JUPYTER_AUTH' is not a kind of authentication; leave it unset (Jupyter's own" \
+               "token or password), or set it to platform where a platform in front of JupyterLab" \
+               "authenticates (Kubeflow)" ;;
     esac
   fi
   put_the_image_config_first

@@ -19,7 +19,8 @@ root_is_read_only() {
 resolved_auth() {
   local auth=${JUPYTER_AUTH:-token}
   # The mark is start-up's own (entrypoint.sh unsets it first), not a setting: no ${...:-} default.
-  if [[ $auth == platform ]] && ! [[ -v JUPYTER_PLATFORM_AUTH_CHECKED && $JUPYTER_PLATFORM_AUTH_CHECKED == 1 ]]; then
+  if [[ $auth == platform ]] &&
+    ! [[ -v JUPYTER_PLATFORM_AUTH_CHECKED && $JUPYTER_PLATFORM_AUTH_CHECKED == 1 ]]; then
     auth=token
   fi
   if ((!ENABLE_JUPYTER)); then echo none
@@ -40,7 +41,8 @@ resolve_what_the_line_says() {
 # For example: services; dev 1000:1000 from root; auth token; ssh on; jupyter on; gpu exporter off;
 # own pid namespace; writable root
 describe_resolved_mode() {
-  local mode=$CONTAINER_MODE user="$RESOLVED_USER_NAME $CONTAINER_UID:$CONTAINER_GID" pid_namespace=own root=writable
+  local mode=$CONTAINER_MODE user="$RESOLVED_USER_NAME $CONTAINER_UID:$CONTAINER_GID"
+  local pid_namespace=own root=writable
   ((SPAWNED_BY_JUPYTERHUB)) && mode+=" for a hub"
   ((AT_A_TERMINAL)) && mode+=" at a terminal"
   if ((WORK_RUNS_AS_CONTAINER_ROOT)); then user+=" for the rootless caller"
@@ -77,10 +79,12 @@ write_resolved_settings() {
   local ssh_command=() exporter_command=() stop_timeout=${STOP_TIMEOUT:-$DEFAULT_STOP_TIMEOUT_S}
   # check_settings read it before the hooks ran, and a hook may have set it since.
   [[ $stop_timeout =~ $SECONDS_PATTERN ]] ||
-    fatal "STOP_TIMEOUT='$stop_timeout' (set by a start-up hook) is not a number of seconds; set it to a whole number such as 25"
+    fatal "STOP_TIMEOUT='$stop_timeout' (set by a start-up hook) is not a number of seconds; set it to a" \
+          "whole number such as 25"
   ((ENABLE_SSH)) && ssh_command=(/usr/sbin/sshd -D -e -f /etc/ssh/sshd_config -p "$SSH_CONTAINER_PORT")
-  ((ENABLE_GPU_EXPORTER)) && exporter_command=(python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT"
-                                               --address "${GPU_EXPORTER_ADDRESS:-0.0.0.0}")
+  ((ENABLE_GPU_EXPORTER)) &&
+    exporter_command=(python3 /opt/scripts/gpu_exporter.py --port "$GPU_EXPORTER_PORT"
+                      --address "${GPU_EXPORTER_ADDRESS:-0.0.0.0}")
   cat >"$1" <<JSON
 {
   "mode": $(json_string "$CONTAINER_MODE"),

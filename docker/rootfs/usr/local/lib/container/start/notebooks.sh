@@ -7,7 +7,8 @@ readonly SAMPLE_NOTEBOOKS_DIR=/opt/notebooks
 
 copy_sample_notebooks() {
   local notebook name target partial error examples=$CONTAINER_WORKSPACE/examples
-  "${AS_USER[@]}" test -w "$CONTAINER_WORKSPACE" || return 0  # set_up_container_user has said why, in one line
+  # set_up_container_user has said why, in one line
+  "${AS_USER[@]}" test -w "$CONTAINER_WORKSPACE" || return 0
   for notebook in "$SAMPLE_NOTEBOOKS_DIR"/*.ipynb; do
     name=$(basename "$notebook")
     target=$examples/$name
@@ -20,7 +21,8 @@ copy_sample_notebooks() {
       log_info "sample notebook: $target"
     else
       "${AS_USER[@]}" rm -f "$partial" 2>/dev/null || true
-      log_warn "could not copy the sample notebook to $target; $(fix_for_write_error "$error" "$CONTAINER_WORKSPACE")"
+      log_warn "could not copy the sample notebook to $target;" \
+               "$(fix_for_write_error "$error" "$CONTAINER_WORKSPACE")"
     fi
   done
 }
@@ -30,7 +32,8 @@ copy_sample_notebooks() {
 fix_for_write_error() {
   local error=$1 folder=$2
   case $error in
-    *"No space left on device"* | *"Disk quota exceeded"*) echo "$folder is full; free some space there (df -h $folder)" ;;
+    *"No space left on device"* | *"Disk quota exceeded"*)
+      echo "$folder is full; free some space there (df -h $folder)" ;;
     *"Read-only file system"*) echo "$folder is mounted read-only; mount it read-write" ;;
     *) echo "make $folder writable for PUID:PGID" ;;
   esac

@@ -32,10 +32,12 @@ check_paths_start_up_writes() {
   if ((EUID != 0)) || [[ ! -w /home/$CONTAINER_USER ]]; then needed+=(/tmp); fi
   mapfile -t missing < <(unwritable_paths "${needed[@]}")
   if ((${#missing[@]})); then
-    fatal "start-up must write ${missing[*]}, read-only here (docker run --read-only?); add$(printf ' --tmpfs %s' "${missing[@]}")" \
+    fatal "start-up must write ${missing[*]}, read-only here (docker run --read-only?);" \
+          "add$(printf ' --tmpfs %s' "${missing[@]}")" \
           "(Kubernetes: an emptyDir volume at each; ENABLE_SSH=0 needs none of the SSH ones)"
   fi
   if ((EUID == 0)) && [[ -n ${PUID:-}${PGID:-} ]] && [[ ! -w /etc/passwd ]]; then
-    fatal "PUID/PGID rewrite /etc/passwd, which is read-only here; start with --user UID:GID instead (Kubernetes: runAsUser/runAsGroup)"
+    fatal "PUID/PGID rewrite /etc/passwd, which is read-only here; start with --user UID:GID instead" \
+          "(Kubernetes: runAsUser/runAsGroup)"
   fi
 }

@@ -14,15 +14,21 @@ readonly SESSION_ENV_FILE=/etc/container/session-env.sh
 #     DATABASE_URL) stays with the services and the command, out of a file.
 # Secret-looking names are left out whatever their source.
 readonly IMAGE_ENV_NAMES_FILE=/usr/local/lib/container/image-env-names
-readonly SESSION_ENV_ALLOWED='^(PATH|LD_[A-Z_]+|LIBRARY_PATH|CUDA_[A-Z0-9_]+|CUDNN_[A-Z0-9_]+|NCCL_[A-Z0-9_]+|NVIDIA_[A-Z0-9_]+|PYTHON[A-Z0-9_]*|PYTORCH_[A-Z0-9_]+|TORCH[A-Z0-9_]*|OMP_[A-Z_]+|MKL_[A-Z_]+|OPENBLAS_[A-Z_]+|GLOO_[A-Z_]+|UCX_[A-Z_]+|HF_HOME|HF_HUB_OFFLINE|HF_DATASETS_CACHE|TRANSFORMERS_CACHE|TZ|LANG|LC_[A-Z]+|MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK|NODE_RANK)$'
+readonly SESSION_ENV_ALLOWED='^(PATH|LD_[A-Z_]+|LIBRARY_PATH|CUDA_[A-Z0-9_]+|CUDNN_[A-Z0-9_]+|'\
+'NCCL_[A-Z0-9_]+|NVIDIA_[A-Z0-9_]+|PYTHON[A-Z0-9_]*|PYTORCH_[A-Z0-9_]+|TORCH[A-Z0-9_]*|OMP_[A-Z_]+|'\
+'MKL_[A-Z_]+|OPENBLAS_[A-Z_]+|GLOO_[A-Z_]+|UCX_[A-Z_]+|HF_HOME|HF_HUB_OFFLINE|HF_DATASETS_CACHE|'\
+'TRANSFORMERS_CACHE|TZ|LANG|LC_[A-Z]+|MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK|NODE_RANK)$'
 # The names the container was started with (image's and given), read when the entrypoint sources this
 # file, before any step runs.
 SESSION_ENV_GIVEN=" $(compgen -e | tr '\n' ' ') "
 readonly SESSION_ENV_GIVEN
 # Per-session, per-process or start-up only: never copied into sessions.
-readonly SESSION_ENV_EXCLUDED='^(HOME|HOSTNAME|PWD|OLDPWD|SHLVL|TERM|USER|LOGNAME|SHELL|MAIL|_|CONTAINER_MODE|CONTAINER_SESSION_ENV_LOADED|JUPYTER_PLATFORM_AUTH_CHECKED|SSH_AUTHORIZED_KEYS|SSH_AUTHORIZED_KEYS_FILE|PUID|PGID)$'
+readonly SESSION_ENV_EXCLUDED='^(HOME|HOSTNAME|PWD|OLDPWD|SHLVL|TERM|USER|LOGNAME|SHELL|MAIL|_|'\
+'CONTAINER_MODE|CONTAINER_SESSION_ENV_LOADED|JUPYTER_PLATFORM_AUTH_CHECKED|SSH_AUTHORIZED_KEYS|'\
+'SSH_AUTHORIZED_KEYS_FILE|PUID|PGID)$'
 # Secrets (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, JUPYTER_TOKEN...): they reach the services and
-# the command, never a file. Sessions that need one read it from a file of the user's (~/.cache/huggingface/token).
+# the command, never a file. Sessions that need one read it from a file of the user's
+# (~/.cache/huggingface/token).
 readonly SESSION_ENV_SECRETS='(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL|_HASH)'
 # A value with credentials in a URL (https://user:pass@host, https://TOKEN@host) is a secret under any name.
 readonly SESSION_ENV_URL_CREDENTIALS='://[^/[:space:]]+@'

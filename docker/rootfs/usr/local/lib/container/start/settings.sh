@@ -18,8 +18,9 @@ check_stop_timeout() {
     log_warn "STOP_TIMEOUT=0 gives your work no time to save when the container stops: every stop with work" \
              "running ends 'not cleanly'; leave it unset (25 s) unless you mean that"
   elif ((value >= COMPOSE_GRACE_S)); then
-    log_warn "STOP_TIMEOUT=$value is not below the engine's grace period (compose: 30 s, docker stop: 10 s):" \
-             "your work is SIGKILLed before it saves; raise stop_grace_period (docker stop -t) above it too"
+    log_warn "STOP_TIMEOUT=$value is not below the engine's grace period (compose: 30 s, docker stop:" \
+             "10 s): your work is SIGKILLed before it saves; raise stop_grace_period (docker stop -t) above" \
+             "it too"
   fi
 }
 
@@ -37,14 +38,16 @@ check_gpu_exporter_address() {
   local value=${GPU_EXPORTER_ADDRESS:-} octet='(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])'
   ((ENABLE_GPU_EXPORTER)) && [[ -n $value ]] || return 0
   [[ $value =~ ^($octet\.){3}$octet$ || ($value == *:* && $value =~ ^[0-9A-Fa-f:.]+$) ]] ||
-    fatal "GPU_EXPORTER_ADDRESS='$value' is not an IP address; set it to one, such as 0.0.0.0 (every interface, the default) or 127.0.0.1"
+    fatal "GPU_EXPORTER_ADDRESS='$value' is not an IP address; set it to one, such as 0.0.0.0 (every" \
+          "interface, the default) or 127.0.0.1"
 }
 
 # Every service of the container listens on a port of its own: two on one port would leave the second
 # failing to bind, blamed on its own configuration (JupyterLab's) or not at all (sshd's, while the
 # container stays healthy). The image's own ports come first, so the line names the setting that moved.
 check_ports_differ() {
-  local -A service=([JUPYTER_CONTAINER_PORT]=JupyterLab [SSH_CONTAINER_PORT]=sshd [GPU_EXPORTER_PORT]="the GPU exporter")
+  local -A service=([JUPYTER_CONTAINER_PORT]=JupyterLab [SSH_CONTAINER_PORT]=sshd
+                    [GPU_EXPORTER_PORT]="the GPU exporter")
   local -A enabled=([JUPYTER_CONTAINER_PORT]=$ENABLE_JUPYTER [SSH_CONTAINER_PORT]=$ENABLE_SSH
                     [GPU_EXPORTER_PORT]=$ENABLE_GPU_EXPORTER)
   local -A taken_by=()
@@ -55,8 +58,8 @@ check_ports_differ() {
     [[ $port =~ ^[0-9]+$ ]] || continue  # GPU_EXPORTER_PORT is checked on its own; the image sets the others
     port=$((10#$port))                    # 08888 is 8888
     if [[ -v taken_by[$port] ]]; then
-      fatal "$name=$port is ${service[${taken_by[$port]}]}'s port (${taken_by[$port]}); set $name to a free port," \
-            "or switch ${service[$name]} off"
+      fatal "$name=$port is ${service[${taken_by[$port]}]}'s port (${taken_by[$port]}); set $name to a" \
+            "free port, or switch ${service[$name]} off"
     fi
     taken_by[$port]=$name
   done

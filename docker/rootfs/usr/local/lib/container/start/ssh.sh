@@ -16,7 +16,8 @@ ensure_host_keys() {
   mkdir -p "$HOST_KEYS_DIR" 2>/dev/null || true
   [[ -s $key ]] && return 0
   [[ -w $HOST_KEYS_DIR ]] ||
-    fatal "cannot write the SSH host key into $HOST_KEYS_DIR (read-only or missing); mount it writable for the first start, or put ssh_host_ed25519_key there"
+    fatal "cannot write the SSH host key into $HOST_KEYS_DIR (read-only or missing); mount it writable for" \
+          "the first start, or put ssh_host_ed25519_key there"
   ssh-keygen -q -t ed25519 -N '' -C "" -f "$key"
   log_info "generated SSH host key $(ssh-keygen -l -f "$key.pub" | cut -d' ' -f2) (ed25519)"
 }
@@ -37,7 +38,8 @@ validated_keys() {
       fatal "$source line $number is not an SSH public key; use the single line of your ~/.ssh/id_ed25519.pub"
     bits=${fingerprint%% *} type=${fingerprint##*(} type=${type%)}
     if [[ ! $type =~ $ACCEPTED_KEY_TYPES ]] || { [[ $type == RSA ]] && ((bits < MIN_RSA_BITS)); }; then
-      fatal "$source line $number is a $bits-bit $type key, which sshd refuses; make an ed25519 key (ssh-keygen -t ed25519) and use its .pub line"
+      fatal "$source line $number is a $bits-bit $type key, which sshd refuses; make an ed25519 key" \
+            "(ssh-keygen -t ed25519) and use its .pub line"
     fi
     printf '%s\n' "$line"
   done <<<"$text"
@@ -45,13 +47,15 @@ validated_keys() {
 
 write_authorized_keys() {
   local keys_from_env="" keys_from_file=""
-  # validated_keys runs in a subshell: its fatal line is printed there, and `|| exit_after_its_line` stops us here.
+  # validated_keys runs in a subshell: its fatal line is printed there, and `|| exit_after_its_line` stops
+  # us here.
   if [[ -n ${SSH_AUTHORIZED_KEYS:-} ]]; then
     keys_from_env=$(validated_keys SSH_AUTHORIZED_KEYS "$SSH_AUTHORIZED_KEYS") || exit_after_its_line
   fi
   if [[ -n ${SSH_AUTHORIZED_KEYS_FILE:-} ]]; then
     [[ -f $SSH_AUTHORIZED_KEYS_FILE && -r $SSH_AUTHORIZED_KEYS_FILE ]] ||
-      fatal "SSH_AUTHORIZED_KEYS_FILE=$SSH_AUTHORIZED_KEYS_FILE cannot be read; mount your public key file there (read-only)"
+      fatal "SSH_AUTHORIZED_KEYS_FILE=$SSH_AUTHORIZED_KEYS_FILE cannot be read; mount your public key file" \
+            "there (read-only)"
     keys_from_file=$(validated_keys "SSH_AUTHORIZED_KEYS_FILE ($SSH_AUTHORIZED_KEYS_FILE)" \
                        "$(<"$SSH_AUTHORIZED_KEYS_FILE")") || exit_after_its_line
   fi
@@ -69,7 +73,8 @@ write_authorized_keys() {
 ssh_can_run() {
   ((EUID == 0)) && return 0
   log_warn "SSH is off: sshd must start as root to log users in, and this container runs as uid $(id -u)" \
-           "(--user, Apptainer, Kubernetes); use exec (docker, kubectl) to get a shell, or start as root with PUID/PGID"
+           "(--user, Apptainer, Kubernetes); use exec (docker, kubectl) to get a shell, or start as root" \
+           "with PUID/PGID"
   return 1
 }
 

@@ -1,5 +1,6 @@
 # Core start-up step (sourced by entrypoint.sh; defines functions only): who the container user is.
-# shellcheck disable=SC2034  # CONTAINER_UID/GID, AS_USER, WORK_RUNS_AS_CONTAINER_ROOT: declared, read by entrypoint.sh
+# CONTAINER_UID/GID, AS_USER, WORK_RUNS_AS_CONTAINER_ROOT: declared here, read by entrypoint.sh.
+# shellcheck disable=SC2034
 # Started as root (the default): PUID/PGID remap the user so files in bind mounts carry the host's ids.
 # Started with `docker run --user UID:GID`: that uid gets a passwd entry and a HOME through nss_wrapper,
 # because tools such as torch.compile (getpass) and ssh-keygen fail for a uid the system does not know.
@@ -13,10 +14,13 @@ readonly OVERFLOW_ID=65534       # nobody/nogroup: a system account above them, 
 validate_numeric_id() {
   local name=$1 value=${!1:-} hint=$2
   [[ -z $value ]] && return 0
-  [[ $value =~ ^[0-9]+$ ]] || fatal "$name='$value' is not a numeric id; set it to the output of \`$hint\` on the host"
-  [[ $value != 0 ]] || fatal "$name=0 would give the container user root's id; set it to a non-root id (\`$hint\` on the host)"
+  [[ $value =~ ^[0-9]+$ ]] || fatal "$name='$value' is not a numeric id; set it to the output of \`$hint\`" \
+                                    "on the host"
+  [[ $value != 0 ]] || fatal "$name=0 would give the container user root's id; set it to a non-root id" \
+                             "(\`$hint\` on the host)"
   if [[ ! $value =~ ^[1-9][0-9]{0,9}$ ]] || ((value > MAX_ID)); then
-    fatal "$name='$value' is not an id from 1 to $MAX_ID without leading zeros; set it to the output of \`$hint\` on the host"
+    fatal "$name='$value' is not an id from 1 to $MAX_ID without leading zeros; set it to the output of" \
+          "\`$hint\` on the host"
   fi
 }
 
@@ -28,8 +32,9 @@ warn_if_system_id() {
   [[ -n $value ]] && ((value < FIRST_REGULAR_ID || value == OVERFLOW_ID)) || return 0
   owner=$(entry_field "$database" "$value" 1)
   [[ -n $owner && $owner != "$CONTAINER_USER" ]] || return 0
-  log_warn "$name=$value is the image's own $( [[ $database == passwd ]] && echo user || echo group ) '$owner':" \
-           "the container user shares its rights; use your own id on the host (id -u / id -g) unless you mean it"
+  log_warn "$name=$value is the image's own $( [[ $database == passwd ]] && echo user || echo group )" \
+           "'$owner': the container user shares its rights; use your own id on the host (id -u / id -g)" \
+           "unless you mean it"
 }
 
 # Field $3 of the passwd or group entry with id $2, or nothing where the image has no such id. getent's
@@ -52,7 +57,8 @@ list_user_first_for_its_ids() {
     # Renamed into place in one step: a `docker exec --user dev` at this moment (the Dev Containers CLI
     # starts its shell server while start-up runs) must never read a file cut short. A database that is
     # a bind mount (it cannot be renamed over) is rewritten in place, as before.
-    mv -f "$database.new" "$database" 2>/dev/null || { cat "$database.new" >"$database" && rm "$database.new"; }
+    mv -f "$database.new" "$database" 2>/dev/null ||
+      { cat "$database.new" >"$database" && rm "$database.new"; }
   done
 }
 
@@ -69,7 +75,8 @@ remap_user_ids() {
   fi
   if [[ ${PUID:-$current_uid} != "$current_uid" || ${PGID:-$current_gid} != "$current_gid" ]]; then
     list_user_first_for_its_ids
-    log_info "container user $CONTAINER_USER now has uid:gid $(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")"
+    log_info "container user $CONTAINER_USER now has uid:gid" \
+             "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")"
     # The home, and the cache volume mounted in it, still carry the old ids.
     # -h with -R's default -P: links are re-owned themselves, never followed to what they point at.
     chown -R -h "$(id -u "$CONTAINER_USER"):$(id -g "$CONTAINER_USER")" "/home/$CONTAINER_USER"
@@ -107,10 +114,11 @@ workspace_is_the_rootless_callers() {
 run_work_as_the_rootless_caller() {
   WORK_RUNS_AS_CONTAINER_ROOT=1
   log_info "rootless Podman without --userns=keep-id: /workspace is your folder, root's in here, so your" \
-           "command and JupyterLab run as the container's root, which is you on the host: their files stay yours"
+           "command and JupyterLab run as the container's root, which is you on the host: their files" \
+           "stay yours"
   ((ENABLE_SSH)) || return 0
-  log_warn "SSH logs in as $CONTAINER_USER, who cannot write your /workspace in this mode; to work over SSH start" \
-           "with --userns=keep-id:uid=1000,gid=1000 --user root (make up does)"
+  log_warn "SSH logs in as $CONTAINER_USER, who cannot write your /workspace in this mode; to work over SSH" \
+           "start with --userns=keep-id:uid=1000,gid=1000 --user root (make up does)"
 }
 
 warn_if_workspace_not_writable() {
@@ -122,13 +130,13 @@ warn_if_workspace_not_writable() {
   fi
   if ! mountpoint -q /workspace; then
     log_warn "/workspace (the image's own, owner $(stat -c %u:%g /workspace)) is not writable for uid" \
-             "$CONTAINER_UID:$CONTAINER_GID; mount a folder of that uid there (-v DIR:/workspace), or run as" \
-             "the image's user (--user 1000) or in group 0 (--user UID:0)"
+             "$CONTAINER_UID:$CONTAINER_GID; mount a folder of that uid there (-v DIR:/workspace), or run" \
+             "as the image's user (--user 1000) or in group 0 (--user UID:0)"
     return 0
   fi
   log_warn "/workspace (owner $(stat -c %u:%g /workspace)) is not writable for the container user" \
-           "($CONTAINER_UID:$CONTAINER_GID); give the mounted folder to that user (chown on the host), or set" \
-           "PUID/PGID (or --user) to its owner's ids; under rootless Podman, add --userns=keep-id"
+           "($CONTAINER_UID:$CONTAINER_GID); give the mounted folder to that user (chown on the host), or" \
+           "set PUID/PGID (or --user) to its owner's ids; under rootless Podman, add --userns=keep-id"
 }
 
 # The home of a start that has no writable one: /tmp/home-UID, made as UID's. /tmp is everyone's, so a
@@ -145,9 +153,11 @@ ensure_writable_home() {
   "${AS_USER[@]}" test -w "$HOME" && return 0
   local fallback=/tmp/home-$CONTAINER_UID
   if ! claim_fallback_home "$CONTAINER_UID"; then
-    fatal "HOME=$HOME is not writable for uid $CONTAINER_UID, nor is $fallback; mount a writable folder at $HOME (Kubernetes: an emptyDir), or add --tmpfs /tmp"
+    fatal "HOME=$HOME is not writable for uid $CONTAINER_UID, nor is $fallback; mount a writable folder at" \
+          "$HOME (Kubernetes: an emptyDir), or add --tmpfs /tmp"
   fi
-  log_warn "HOME=$HOME is not writable for uid $CONTAINER_UID: using $fallback, lost with the container; mount a volume at $HOME to keep it"
+  log_warn "HOME=$HOME is not writable for uid $CONTAINER_UID: using $fallback, lost with the container;" \
+           "mount a volume at $HOME to keep it"
   HOME=$fallback
 }
 
@@ -161,7 +171,8 @@ give_unknown_uid_a_passwd_entry() {
   if [[ ! -w $home ]]; then
     home=/tmp/home-$uid
     claim_fallback_home "$uid" ||
-      fatal "$home is not a folder of uid $uid, and /home/$CONTAINER_USER is not writable; mount a writable folder at /home/$CONTAINER_USER, or remove $home"
+      fatal "$home is not a folder of uid $uid, and /home/$CONTAINER_USER is not writable; mount a writable" \
+            "folder at /home/$CONTAINER_USER, or remove $home"
   fi
   NSS_WRAPPER_PASSWD=$(mktemp) NSS_WRAPPER_GROUP=$(mktemp)
   grep -v "^$CONTAINER_USER:" /etc/passwd >"$NSS_WRAPPER_PASSWD"
@@ -169,7 +180,8 @@ give_unknown_uid_a_passwd_entry() {
   cp /etc/group "$NSS_WRAPPER_GROUP"
   getent group "$gid" >/dev/null || echo "$CONTAINER_USER:x:$gid:" >>"$NSS_WRAPPER_GROUP"
   export LD_PRELOAD=$library NSS_WRAPPER_PASSWD NSS_WRAPPER_GROUP
-  log_info "uid $uid is not in /etc/passwd: running as $CONTAINER_USER ($uid:$gid), whose passwd home is $home"
+  log_info "uid $uid is not in /etc/passwd: running as $CONTAINER_USER ($uid:$gid), whose passwd home is" \
+           "$home"
 }
 
 # The runtime may give the container's processes groups of their own: Kubernetes' fsGroup (which owns the
@@ -192,7 +204,8 @@ join_the_runtimes_groups() {
     usermod --append --groups "$name" "$CONTAINER_USER" 2>/dev/null || true
   done
   ((${#RUNTIME_GROUPS[@]} == 0)) ||
-    log_info "container user $CONTAINER_USER keeps the groups the runtime gave the container: ${RUNTIME_GROUPS[*]}"
+    log_info "container user $CONTAINER_USER keeps the groups the runtime gave the container:" \
+             "${RUNTIME_GROUPS[*]}"
 }
 
 # The user's groups, comma-separated, for setpriv: /etc/group's, and the runtime's even where /etc/group
@@ -215,7 +228,8 @@ set_up_container_user() {
     join_the_runtimes_groups
   else
     [[ -z ${PUID:-}${PGID:-} ]] ||
-      log_warn "PUID/PGID are ignored: the container was started as uid $(id -u) (--user); drop --user to use them"
+      log_warn "PUID/PGID are ignored: the container was started as uid $(id -u) (--user); drop --user to" \
+               "use them"
     give_unknown_uid_a_passwd_entry
   fi
   # Started as another uid (--user), that uid is the container user, whatever account of the image has it.

@@ -19,10 +19,10 @@ resolve_workspace() {
     $5 ~ "^/home/[^/]+$" && $5 != own && type != "tmpfs" { print $5 }' /proc/self/mountinfo | sort -u)
   if ((${#homes[@]} == 1)); then
     CONTAINER_WORKSPACE=${homes[0]}
-    log_info "workspace: ${homes[0]}, the volume mounted there (none is at /workspace): JupyterLab opens there," \
-             "and what you save there outlives the container"
+    log_info "workspace: ${homes[0]}, the volume mounted there (none is at /workspace): JupyterLab opens" \
+             "there, and what you save there outlives the container"
   elif ((${#homes[@]} > 1)); then
-    log_warn "volumes are mounted at ${homes[*]} but none at /workspace; JupyterLab opens /workspace, which is" \
-             "lost with the container: mount the one to work in at /workspace"
+    log_warn "volumes are mounted at ${homes[*]} but none at /workspace; JupyterLab opens /workspace, which" \
+             "is lost with the container: mount the one to work in at /workspace"
   fi
 }
