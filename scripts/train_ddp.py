@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 if stop.received:  # the save a stop asked for: the container's stop must not call it clean
                     report_lost_work(f"train_ddp.py stopped by {stop.received} without its last checkpoint: {error}")
             return error.status
-        except StoppedWithNothingToSave as stopped:  # in the first step (compiling, maybe): it ends at once
+        except StoppedWithNothingToSave as stopped:  # before or in the first step (compiling, maybe): at once
             if placement.is_main:
                 print(f"stopped by {stopped.signal_name} in the first step, before anything was trained since the "
                       f"start or the checkpoint: nothing to save; run the same command again to resume", flush=True)
@@ -162,6 +162,8 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
     start_step = state.step
     while state.step < args.max_steps:
         asked = stop.agree(state.group)  # every rank sees the same answers at the same step
+        if asked.stop and state.step == start_step:  # nothing trained since the start: no save, as in the step
+            raise StoppedWithNothingToSave(stop.received or "a stop signal on another rank")
         if asked.stop:
             break
         if asked.save:
