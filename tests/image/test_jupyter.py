@@ -109,6 +109,23 @@ def test_a_login_argument_stops_the_start_with_one_line(image, arguments):
     assert f"JupyterLab's argument {arguments[0].split('=')[0]} would be overridden" in errors[0], errors
 
 
+@pytest.mark.parametrize("arguments", [
+    ["--config=/tmp/my_config.py"],
+    pytest.param(["--config", "/tmp/my_config.py"], marks=pytest.mark.tier("full")),
+    pytest.param(["--ServerApp.config_file_name=mine"], marks=pytest.mark.tier("full")),
+], ids=["config", "config-apart", "config-file-name"])
+def test_a_config_file_argument_stops_the_start_with_one_line(image, arguments):
+    """`start-services --config=FILE` made JupyterLab read FILE instead of the image's config: its token,
+    base URL and folder were gone without a word (a base URL other than / hid the open server from the
+    start-up's probe)."""
+    result = run_container_to_completion(image, command=["start-services", *arguments],
+                                         options=["--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}"])
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr
+    assert f"JupyterLab's argument {arguments[0].split('=')[0]} would make it read that file" in errors[0], errors
+    assert "/home/dev/.jupyter/jupyter_server_config.py, which it reads" in errors[0]
+
+
 def test_the_token_is_not_repeated_in_jupyters_own_log_lines(jupyter_with_token):
     logs = jupyter_with_token.logs()
     assert TOKEN not in logs

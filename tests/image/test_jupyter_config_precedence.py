@@ -75,6 +75,27 @@ def hostile_image(image, tmp_path_factory):
     docker("image", "rm", "--force", tag, check=False)
 
 
+# A derived image that edits the image's own config, the first on the path: nothing at start-up can see
+# that the server it makes answers strangers until it answers one.
+OPENING_DOCKERFILE = """
+FROM IMAGE
+USER root
+RUN printf '\\nc.IdentityProvider.token = c.PasswordIdentityProvider.token = ""\\n' >> /etc/jupyter/jupyter_server_config.py
+"""
+
+
+@pytest.fixture(scope="module")
+def opened_image(image, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("opened-jupyter")
+    (folder / "Dockerfile").write_text(OPENING_DOCKERFILE.replace("IMAGE", image, 1))
+    tag = f"pytorch-dev-test-opened-jupyter:{uuid.uuid4().hex[:10]}"
+    build = subprocess.run(["docker", "build", "--quiet", "--tag", tag, str(folder)], capture_output=True, text=True,
+                           timeout=600)
+    assert build.returncode == 0, build.stderr
+    yield tag
+    docker("image", "rm", "--force", tag, check=False)
+
+
 @pytest.fixture(scope="module")
 def hostile_container(hostile_image):
     with running_container(hostile_image, options=["--publish", "127.0.0.1::8888", "--env", "ENABLE_SSH=0",
@@ -121,21 +142,21 @@ def test_the_log_says_jupyterlab_is_up_only_after_it_refused_a_stranger(hostile_
 
 
 @pytest.mark.parametrize("base_url", ["/", "/gpu/"])
-def test_a_server_that_answers_a_stranger_is_stopped_with_one_line(containers, base_url):
-    """Command-line settings beat every config file, so they open a server the configs cannot: the check
-    at start-up must catch it (before: the server ran open, and the container stayed up)."""
-    container = containers(command=["start-services", "--IdentityProvider.token=", "--PasswordIdentityProvider.token="],
-                           options=["--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}",
-                                    "--env", f"JUPYTER_BASE_URL={base_url}"])
-    wait_until(lambda: not container.state()["Running"], timeout=STARTS_S, interval=1,
-               failure=lambda: f"the open server kept running:\n{container.logs()[-2000:]}")
-    logs = container.logs()
-    errors = [line for line in logs.splitlines() if "ERROR" in line]
-    assert len(errors) == 1, logs[-3000:]
-    assert (f"JupyterLab answered a request without its token with HTTP 200 (GET http://127.0.0.1:8888{base_url}"
-            "api/contents), so it was stopped") in errors[0]
-    assert "JupyterLab is up" not in logs
-    assert container.state()["ExitCode"] != 0
+def test_a_server_that_answers_a_stranger_is_stopped_with_one_line(opened_image, base_url):
+    """A server that its config opens anyway (here a derived image's edit of the image's own config; login
+    arguments and other config files are refused before it starts, test_jupyter.py) must be caught by the
+    check at start-up (before: the server ran open, and the container stayed up)."""
+    options = ["--env", "ENABLE_SSH=0", "--env", f"JUPYTER_TOKEN={TOKEN}", "--env", f"JUPYTER_BASE_URL={base_url}"]
+    with running_container(opened_image, options=options, healthy=False) as container:
+        wait_until(lambda: not container.state()["Running"], timeout=STARTS_S, interval=1,
+                   failure=lambda: f"the open server kept running:\n{container.logs()[-2000:]}")
+        logs = container.logs()
+        errors = [line for line in logs.splitlines() if "ERROR" in line]
+        assert len(errors) == 1, logs[-3000:]
+        assert (f"JupyterLab answered a request without its token with HTTP 200 (GET http://127.0.0.1:8888{base_url}"
+                "api/contents), so it was stopped") in errors[0]
+        assert "JupyterLab is up" not in logs
+        assert container.state()["ExitCode"] != 0
 
 
 def test_jupyter_no_config_is_refused_with_one_line(image):

@@ -93,7 +93,9 @@ take_the_base_url_from_jupyters_arguments() {
 # JupyterLab's login is the image's to set (jupyter_server_config.py, from JUPYTER_TOKEN,
 # JUPYTER_PASSWORD_HASH and JUPYTER_AUTH), and its settings there win over the same ones given as
 # arguments: an argument that sets the token, password or identity provider would be overridden without a
-# word, so it stops the start.
+# word, so it stops the start. A config file named by argument (--config, or a config_file setting) is
+# read instead of the image's jupyter_server_config.py, which would drop its login, address and folder
+# without a word (the server's probe then finds an open server only where the base URL is /).
 refuse_login_arguments() {
   local argument
   for argument in ${JUPYTER_EXTRA_ARGS[@]+"${JUPYTER_EXTRA_ARGS[@]}"}; do
@@ -103,6 +105,10 @@ refuse_login_arguments() {
         fatal "JupyterLab's argument ${argument%%=*} would be overridden by the image's login settings; set" \
               "JUPYTER_TOKEN or JUPYTER_PASSWORD_HASH instead (JUPYTER_AUTH=platform where a platform in" \
               "front authenticates)" ;;
+      --config | --config=* | --*.config_file*)
+        fatal "JupyterLab's argument ${argument%%=*} would make it read that file instead of the image's" \
+              "settings (its login, address and folder); put your settings in" \
+              "$HOME/.jupyter/jupyter_server_config.py, which it reads for what the image leaves unset" ;;
     esac
   done
 }
