@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -60,19 +61,24 @@ with open(os.path.join(folder, "jupyter_server_config.json"), "w") as file:
 """
 
 
+def derived_image(folder, name: str, dockerfile: str, image: str) -> Iterator[str]:
+    """Builds DOCKERFILE (FROM IMAGE) with FOLDER's files as an image NAME; yields its tag, then removes it."""
+    (folder / "Dockerfile").write_text(dockerfile.replace("IMAGE", image, 1))
+    tag = f"pytorch-dev-test-{name}:{uuid.uuid4().hex[:10]}"
+    build = subprocess.run(["docker", "build", "--quiet", "--tag", tag, str(folder)], capture_output=True, text=True,
+                           timeout=600)
+    assert build.returncode == 0, build.stderr
+    yield tag
+    docker("image", "rm", "--force", tag, check=False)
+
+
 @pytest.fixture(scope="module")
 def hostile_image(image, tmp_path_factory):
     folder = tmp_path_factory.mktemp("hostile-jupyter")
     (folder / "jupyter_server_config.py").write_text(HOSTILE_SERVER_CONFIG)
     (folder / "jupyter_lab_config.py").write_text(HOSTILE_LAB_CONFIG)
     (folder / "write_env_config.py").write_text(WRITE_ENV_CONFIG)
-    (folder / "Dockerfile").write_text(DERIVED_DOCKERFILE.replace("IMAGE", image, 1))
-    tag = f"pytorch-dev-test-hostile-jupyter:{uuid.uuid4().hex[:10]}"
-    build = subprocess.run(["docker", "build", "--quiet", "--tag", tag, str(folder)], capture_output=True, text=True,
-                           timeout=600)
-    assert build.returncode == 0, build.stderr
-    yield tag
-    docker("image", "rm", "--force", tag, check=False)
+    yield from derived_image(folder, "hostile-jupyter", DERIVED_DOCKERFILE, image)
 
 
 # A derived image that edits the image's own config, the first on the path: nothing at start-up can see
@@ -86,14 +92,7 @@ RUN printf '\\nc.IdentityProvider.token = c.PasswordIdentityProvider.token = ""\
 
 @pytest.fixture(scope="module")
 def opened_image(image, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("opened-jupyter")
-    (folder / "Dockerfile").write_text(OPENING_DOCKERFILE.replace("IMAGE", image, 1))
-    tag = f"pytorch-dev-test-opened-jupyter:{uuid.uuid4().hex[:10]}"
-    build = subprocess.run(["docker", "build", "--quiet", "--tag", tag, str(folder)], capture_output=True, text=True,
-                           timeout=600)
-    assert build.returncode == 0, build.stderr
-    yield tag
-    docker("image", "rm", "--force", tag, check=False)
+    yield from derived_image(tmp_path_factory.mktemp("opened-jupyter"), "opened-jupyter", OPENING_DOCKERFILE, image)
 
 
 @pytest.fixture(scope="module")
