@@ -55,7 +55,7 @@ from trainer import huggingface, output, prometheus
 from trainer.checkpointer import CheckpointFailure, Checkpointer
 from trainer.config import parse_config
 from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages, SyntheticTokens,
-                          TokenFile, load_image_folder, make_loader)
+                          TokenFile, load_image_folder, make_loader, stop_worker_server)
 from trainer.distributed import (SAVE_SIGNAL, Placement, StoppedWithNothingToSave, StopSignal, choose_device,
                                  finish_process_group, freeze_what_lives_as_long_as_the_process, read_placement,
                                  start_process_group)
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     # Inside this block SIGTERM/SIGINT/SIGHUP means "stop at the next step boundary" (unless ignored, as
     # `nohup` leaves SIGHUP). Not earlier: a signal during the rendezvous must still end the process, which
     # has nothing to save yet. Not later: a notebook kernel that called main() gets its own handlers back.
+    status = 0
     with StopSignal() as stop:
         try:
             # In a function of its own, so the model is garbage before finish_process_group destroys the group.
@@ -91,14 +92,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"train_ddp.py: error: {error}", file=sys.stderr, flush=True)
                 if stop.received:  # the save a stop asked for: the container's stop must not call it clean
                     report_lost_work(f"train_ddp.py stopped by {stop.received} without its last checkpoint: {error}")
-            return error.status
+            status = error.status
         except StoppedWithNothingToSave as stopped:  # before or in the first step (compiling, maybe): at once
             if placement.is_main:
                 print(f"stopped by {stopped.signal_name} in the first step, before anything was trained since the "
                       f"start or the checkpoint: nothing to save; run the same command again to resume", flush=True)
         finally:
             finish_process_group()
-    return 0
+    stop_worker_server()  # the loader's workers ended with it: the fork server goes before this process does
+    return status
 
 
 def resume_and_train(args: argparse.Namespace, *, placement: Placement, device: torch.device,

@@ -7,9 +7,16 @@ position is a window index, just as it is an image index for the CNN.
 """
 from __future__ import annotations
 
+import functools
 import itertools
+import multiprocessing
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import pathlib
+import select
+import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -77,8 +84,12 @@ class TokenFile(Dataset):
     def __init__(self, path: pathlib.Path, seq_len: int) -> None:
         import numpy as np  # only token files need numpy, for its memory map
 
+        self.path, self.seq_len = path, seq_len
         self.tokens = np.memmap(path, dtype=np.uint16, mode="r")
-        self.seq_len = seq_len
+
+    def __reduce__(self) -> tuple:
+        """A DataLoader worker gets the path and maps the file itself: pickled, the map would be a copy."""
+        return TokenFile, (self.path, self.seq_len)
 
     def __len__(self) -> int:
         return (len(self.tokens) - 1) // self.seq_len
@@ -117,23 +128,88 @@ class ResumableDistributedSampler(DistributedSampler):
         return self.num_samples - self.first_index
 
 
+# What a worker takes as a stop: its trainer's shutdown, the stop's last step, a hang-up where it runs.
+WORKER_SIGNALS = {signal.SIGHUP, signal.SIGTERM}
+
+
 def make_loader(dataset: Dataset, sampler: Sampler, *, batch_size: int, num_workers: int, pin_memory: bool,
                 persistent_workers: bool) -> DataLoader:
-    """The trainer's DataLoader: NUM_WORKERS processes forked from this one, each in a process group of its own."""
+    """The trainer's DataLoader: NUM_WORKERS processes from a fork server, each in a process group of its own."""
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True, num_workers=num_workers,
-                      worker_init_fn=detach_from_terminal_signals, pin_memory=pin_memory,
+                      multiprocessing_context=worker_server() if num_workers > 0 else None,
+                      worker_init_fn=functools.partial(set_up_worker, os.getpid()), pin_memory=pin_memory,
                       persistent_workers=persistent_workers and num_workers > 0)
 
 
-def detach_from_terminal_signals(worker_id: int) -> None:
-    """DataLoader worker init: move the worker into its own process group.
+def worker_server() -> multiprocessing.context.BaseContext:
+    """Where the DataLoader workers come from: a fork server, started now, with torch loaded.
 
-    Ctrl-C, and any signal sent to the whole process group (`kill -- -PGID`, an init that forwards
-    to the group), then reaches only the training process, which stops at a step boundary and shuts
-    its workers down itself. A worker killed by such a signal would crash the step instead. The
-    worker still exits when its parent terminates it or dies.
+    Not fork() of the training process: it has threads (the process group's, the metrics server's), and a
+    forked child keeps for good any lock another thread held at that instant. glibc's exit-handler lock, which
+    torch's first use of many functions takes, hung a worker that way (tests/host/test_dataloader_workers.py).
+    The server is a fresh process with one thread, so its forks are safe and, torch being loaded, still fast.
+    As under `spawn`, the dataset reaches each worker pickled and the worker imports the main script (which
+    therefore keeps its `if __name__ == "__main__":`), and workers see the environment of the server's start.
+    The server and its resource tracker end once the training process and its workers have.
+    """
+    context = multiprocessing.get_context("forkserver")
+    # torch, the slow import: the server of Python 3.11 to 3.13 ignores the trainer's sys.path and its
+    # script, so a preload of this module would fail there without a word (each worker imports it itself).
+    context.set_forkserver_preload(["torch"])
+    # It and its resource tracker start with the signals of a hang-up and a stop blocked, a mask they keep:
+    # they sit in the trainer's process group, where a terminal's hang-up or a SIGTERM to the whole group
+    # would kill them under a trainer still saving (Ctrl-C they ignore themselves). Blocked in this thread
+    # only, so the trainer still takes both. Each is started apart: the tracker's start unblocks SIGTERM.
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_SIGNALS)
+    try:
+        multiprocessing.resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_SIGNALS)
+        multiprocessing.forkserver.ensure_running()  # its imports overlap the model's set-up, not the first step
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    return context
+
+
+def stop_worker_server() -> None:
+    """Ends the fork server and its resource tracker now that the workers have ended, rather than a moment
+    after this process: until then they hold its terminal and its output, so a program holding that terminal
+    (a terminal server in Python) or reading that output (`| tee`) would see the trainer not quite gone."""
+    if multiprocessing.active_children():  # a worker still running keeps the server: both end after us
+        return
+    # Private, but in every Python from 3.8 to 3.14, whose own tests stop them so: there is no public way.
+    multiprocessing.forkserver._forkserver._stop()
+    multiprocessing.resource_tracker._resource_tracker._stop()
+
+
+def set_up_worker(trainer: int, worker_id: int) -> None:
+    """DataLoader worker init: the worker leaves the trainer's process group and ends with the trainer.
+
+    Ctrl-C, and any signal sent to the whole process group (`kill -- -PGID`, an init that forwards to the
+    group), then reaches only the training process, which stops at a step boundary and shuts its workers
+    down itself. A worker killed by such a signal would crash the step instead.
+
+    A worker's parent is the fork server, not the trainer, so torch's own check (has my parent changed?)
+    never sees a trainer that was killed (out of memory, or by torchrun after another rank failed): its
+    workers, and the server they keep alive, would run on for good. A thread here waits for the trainer's
+    end instead, and ends the worker.
     """
     os.setpgrp()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_SIGNALS)  # the server's mask, not the worker's
+    threading.Thread(target=exit_when_ended, args=(trainer,), name="ends with the trainer", daemon=True).start()
+
+
+def exit_when_ended(pid: int) -> None:
+    """Ends this process once process PID has ended (a pidfd is readable from then on)."""
+    try:
+        ended = os.pidfd_open(pid)
+    except ProcessLookupError:  # already gone
+        os._exit(1)
+    except OSError:  # no pidfd before Linux 5.3: look once a second
+        while os.path.exists(f"/proc/{pid}"):
+            time.sleep(1)
+        os._exit(1)
+    select.select([ended], [], [])
+    os._exit(1)
 
 
 class MicroBatchStream:

@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 
+import process_kinds
 import process_table
 import stop_policy
 
 # The test is the supervisor; it has no PID namespace of its own, so only its descendants are the container.
-CONTAINER = stop_policy.Container(os.getpid(), own_pid_namespace=False)
+CONTAINER = process_kinds.Container(os.getpid(), own_pid_namespace=False)
 # Sets its own name (as setproctitle does) to NAME, says so, then waits on its stdin.
 RENAMED = "import sys; open('/proc/self/comm', 'w').write(sys.argv[1]); print('ready', flush=True); sys.stdin.read()"
 
@@ -154,7 +155,7 @@ def test_a_kernel_of_any_language_is_told_by_its_connection_file_and_its_cells_w
             if table[kernel].name == "tail" and table[kernel].command and cells:
                 break
             assert time.monotonic() < deadline, table.get(kernel)
-        assert stop_policy.is_kernel(table[kernel]) and kernel not in stop_policy.user_work(table, CONTAINER)
+        assert process_kinds.is_kernel(table[kernel]) and kernel not in stop_policy.user_work(table, CONTAINER)
         # Among whatever else this test process runs (multiprocessing's resource tracker, say).
         signalled = stop_policy.look(table, CONTAINER).signal
         assert set(cells) <= set(signalled) and kernel not in signalled, (cells, kernel, signalled)
@@ -163,3 +164,43 @@ def test_a_kernel_of_any_language_is_told_by_its_connection_file_and_its_cells_w
         if kernel:  # the kernel and its cell's program: the process group the kernel's session began
             os.killpg(kernel, signal.SIGKILL)
         server.wait(timeout=10)
+
+
+# A kernel (its command line names ipykernel_launcher) whose loop takes its workers from multiprocessing's
+# fork server, as the trainer's DataLoader does: the server's forks run the server's command line under
+# the name a DataLoader worker gives itself, and are read so that the stop sees they are the kernel's.
+KERNEL_WITH_A_FORK_SERVER = """
+import multiprocessing, sys
+
+def worker(ready):
+    open('/proc/self/comm', 'w').write('pt_data_worker')
+    ready.set()
+    __import__('time').sleep(600)
+
+if __name__ == '__main__':
+    context = multiprocessing.get_context('forkserver')
+    ready = context.Event()
+    process = context.Process(target=worker, args=(ready,), daemon=True)
+    process.start()
+    ready.wait(30)
+    print('ready', process.pid, flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_kernels_fork_server_and_its_workers_are_read_as_the_kernels_own(tmp_path):
+    launcher = tmp_path / "ipykernel_launcher.py"
+    launcher.write_text(KERNEL_WITH_A_FORK_SERVER)
+    kernel = subprocess.Popen([sys.executable, str(launcher)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        worker = int(kernel.stdout.readline().split()[1])
+        table = process_table.snapshot(CONTAINER)
+        server = table[worker].parent
+        assert table[server].parent == kernel.pid and table[worker].name == "pt_data_worker"
+        assert table[worker].command == table[server].command, "the worker's command line was not read"
+        below = {pid for pid, row in table.items() if stop_policy.descends_from(table, pid, kernel.pid)}
+        assert below >= {server, worker} and not below & stop_policy.user_work(table, CONTAINER)
+        assert kernel.pid in stop_policy.look(table, CONTAINER).signal
+    finally:
+        ended(kernel)

@@ -12,10 +12,11 @@ import signal
 import pytest
 
 from signal_policy import asked_by_a_service, decide, sent_from_inside, signal_meaning
-from stop_policy import (READER_DRAIN_S, Container, Process, Progress, drain, everything_left, look, shells,
-                         terminal_host_candidates, user_work)
+from process_kinds import Container, Process, terminal_host_candidates
+from stop_policy import READER_DRAIN_S, Progress, drain, everything_left, look, shells, user_work
 from stop_verdict import Ended, lost_with_a_holder
-from tests.unit.helpers.process_tables import CONTAINER, KERNEL, SUPERVISOR, TORCHRUN, python, shell, table
+from tests.unit.helpers.process_tables import (CONTAINER, KERNEL, SUPERVISOR, TORCHRUN, fork_server_below, python,
+                                               shell, table)
 
 
 def test_the_top_of_work_in_a_shell_is_signalled_not_the_shell_nor_what_runs_below_it():
@@ -55,6 +56,38 @@ def test_a_loop_in_a_kernel_is_signalled_before_its_dataloader_workers_which_are
                       Process(23, 21, worker_name, None, KERNEL))
     plan = look(processes, CONTAINER)
     assert plan.signal == (21,) and plan.work == {21}
+
+
+def test_a_loop_in_a_kernel_with_workers_from_a_fork_server_is_signalled_alone_and_idle_is_no_work():
+    """The trainer's loader in a kernel starts multiprocessing's fork server and resource tracker below it:
+    they and the server's forks are the kernel's own, as its forks are, not a program its cell started."""
+    processes = table(python(21, 20, KERNEL), *fork_server_below(21, 30))
+    plan = look(processes, CONTAINER)
+    assert plan.signal == (21,) and plan.work == {21}
+    assert user_work(processes, CONTAINER) == set(), "a hub would keep an idle kernel's server running"
+
+
+def test_a_trainers_fork_server_and_its_workers_are_its_work_below_it_never_tops():
+    processes = table(shell(12, 10), python(13, 12, TORCHRUN, "torchrun"), python(14, 13),
+                      *fork_server_below(14, 30))
+    plan = look(processes, CONTAINER)
+    assert plan.signal == (14,) and plan.work == {13, 14, 30, 31, 32, 33}
+
+
+def test_a_fork_server_and_tracker_whose_trainer_has_ended_are_not_signalled_but_its_forks_are():
+    """They end by themselves once the trainer and its workers have: a SIGTERM would make the stop say the
+    server "died of it" (not clean), and the tracker ignores one."""
+    tracker, server = fork_server_below(1, 30)[:2]  # below PID 1, where orphans go
+    ended = table(tracker, server)
+    assert look(ended, CONTAINER).signal == () and look(ended, CONTAINER).work == {30, 31}
+    killed = table(*fork_server_below(1, 30))  # the trainer was killed before it could stop its workers
+    assert look(killed, CONTAINER).signal == (32, 33)
+
+
+def test_a_program_a_kernels_cell_started_keeps_the_kernel_from_its_signal_with_a_fork_server_beside():
+    processes = table(python(21, 20, KERNEL), *fork_server_below(21, 30), Process(40, 21, "sh", "dash"),
+                      python(41, 40))
+    assert look(processes, CONTAINER).signal == (41,)
 
 
 def test_the_healthchecks_probe_is_no_work_but_the_same_programs_a_user_runs_are():

@@ -7,7 +7,8 @@ rules of a single look are in test_stop_policy.py; the real stops in tests/image
 from __future__ import annotations
 
 from close_policy import kernel_close, terminal_close
-from stop_policy import READER_DRAIN_S, Container, Process, Progress, drain, look
+from process_kinds import Container, Process
+from stop_policy import READER_DRAIN_S, Progress, drain, look
 from stop_verdict import Ended, lost_with_a_holder, may_have_been_lost
 from tests.unit.helpers.process_tables import CONTAINER, KERNEL, SUPERVISOR, TORCHRUN, python, shell, table
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stop_policy import Container, Table, descends_from, look
+from process_kinds import Container, Table
+from stop_policy import descends_from, look
 
 
 def terminal_close(table: Table, shell: int,

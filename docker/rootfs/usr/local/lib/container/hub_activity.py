@@ -8,6 +8,7 @@ import time
 import urllib.request
 from datetime import datetime, timezone
 
+import process_kinds
 import process_table
 import stop_policy
 from run_folder import warn
@@ -19,7 +20,7 @@ class HubActivity:
     `docker exec ls` does not count), posts now as the server's last activity to the hub's activity API,
     with the server's own token. jupyterhub-singleuser reports only what JupyterLab itself sees."""
 
-    def __init__(self, container: stop_policy.Container) -> None:
+    def __init__(self, container: process_kinds.Container) -> None:
         self.container = container
         self.interval_s = self.read_interval()
         user = os.environ.get("JUPYTERHUB_USER", "")

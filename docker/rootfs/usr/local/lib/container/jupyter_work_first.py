@@ -38,15 +38,15 @@ CONTAINER_LIB = os.path.dirname(os.path.abspath(__file__))
 if CONTAINER_LIB not in sys.path:
     sys.path.append(CONTAINER_LIB)
 import close_policy  # noqa: E402
+import process_kinds  # noqa: E402
 import process_table  # noqa: E402
-import stop_policy  # noqa: E402
 from run_folder import STOPPING, stop_timeout_s  # noqa: E402
 
 POLL_S = 0.2
 
 
-def below(root: int) -> stop_policy.Table:
-    return process_table.snapshot(stop_policy.Container.below(root))
+def below(root: int) -> process_kinds.Table:
+    return process_table.snapshot(process_kinds.Container.below(root))
 
 
 def terminal_work(shell: int) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable
 from typing import TypeVar
 
+import process_kinds
 import process_tree
 import stop_policy
 
@@ -169,10 +170,10 @@ def read_as_owners(pids: list[int], read: Callable[[int], T],
 
 def read_program_and_command(pid: int, name: str) -> tuple[str | None, str]:
     program = None
-    if stop_policy.may_be_holder(name):
+    if process_kinds.may_be_holder(name):
         exe = readlink(f"/proc/{pid}/exe")
         program = None if exe is None else os.path.basename(exe.removesuffix(" (deleted)"))
-    return program, read_command(pid) if stop_policy.may_be_python(program or name) else ""
+    return program, read_command(pid) if process_kinds.may_be_python(program or name) else ""
 
 
 def holds_pty_master(pid: int) -> bool:
@@ -189,8 +190,8 @@ def holds_pty_master(pid: int) -> bool:
 def terminal_hosts(rows: dict[int, tuple[int, str, int, int]],
                    owners: dict[int, tuple[int, int]]) -> set[int]:
     """The processes that hold a terminal in which another session runs: of those the policy names as
-    maybe holding one (stop_policy.terminal_host_candidates), the ones with a terminal's master open."""
-    found = read_as_owners(stop_policy.terminal_host_candidates(rows), holds_pty_master, owners)
+    maybe holding one (process_kinds.terminal_host_candidates), the ones with a terminal's master open."""
+    found = read_as_owners(process_kinds.terminal_host_candidates(rows), holds_pty_master, owners)
     return {pid for pid, holds in found.items() if holds}
 
 
@@ -208,13 +209,13 @@ def read_children_commands(parents: set[int], rows: dict[int, tuple[int, str, in
     details.update((pid, (None, command)) for pid, command in commands.items())
 
 
-def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_policy.Table:
+def snapshot(container: process_kinds.Container, pipes: bool = True) -> process_kinds.Table:
     """The live processes (a zombie has exited already) with what the stop policy needs of each. With
     PIPES, the stdin of each top of the user's work, and where one is a pipe, every work's outputs.
     Most processes need only their stat: at 5,000 processes each further read per process is felt in
     how soon the stop signals (BENCHMARKS.md, "The resident supervisor")."""
     rows: dict[int, tuple[int, str, int, int]] = {}  # parent, name, session, terminal
-    table: stop_policy.Table = {}
+    table: process_kinds.Table = {}
     owners: dict[int, tuple[int, int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -224,20 +225,24 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
             continue
         pid, (parent, name, _, flags, session, tty) = int(entry), stat
         if flags & KERNEL_THREAD_FLAG:
-            table[pid] = stop_policy.Process(pid, parent, name, kernel_thread=True)
+            table[pid] = process_kinds.Process(pid, parent, name, kernel_thread=True)
         else:
             rows[pid] = (parent, name, session, tty)
     worth_reading = [pid for pid, (_, name, _, _) in rows.items()
-                     if stop_policy.may_be_holder(name) or stop_policy.may_be_python(name)]
+                     if process_kinds.may_be_holder(name) or process_kinds.may_be_python(name)]
     details = read_as_owners(worth_reading, lambda pid: read_program_and_command(pid, rows[pid][1]),
                            owners)
     # A Jupyter server's children are its kernels, of any language, and its terminals: read, the few that
     # there are. What a kernel forked runs its command line under any name (a loop's DataLoader workers),
     # and stays the kernel's: a kernel's other children are read too.
-    servers = {pid for pid, (_, command) in details.items() if stop_policy.SERVER_COMMAND.search(command)}
+    servers = {pid for pid, (_, command) in details.items() if process_kinds.SERVER_COMMAND.search(command)}
     read_children_commands(servers, rows, details, owners)
-    kernels = {pid for pid, (_, command) in details.items() if stop_policy.KERNEL_COMMAND.search(command)}
+    kernels = {pid for pid, (_, command) in details.items() if process_kinds.KERNEL_COMMAND.search(command)}
     read_children_commands(kernels, rows, details, owners)
+    # So are the forks of multiprocessing's fork server (a loop's DataLoader workers, in a kernel or not).
+    helpers = {pid for pid, (_, command) in details.items()
+               if process_kinds.MULTIPROCESSING_COMMAND.search(command)}
+    read_children_commands(helpers, rows, details, owners)
     # What the engine started from outside (parent 0: `docker exec`, the HEALTHCHECK): a few shells, read
     # so the healthcheck's is told from a user's (stop_policy.health_probes).
     outside = [pid for pid, (parent, name, _, _) in rows.items()
@@ -247,7 +252,7 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
     hosts = terminal_hosts(rows, owners)
     for pid, (parent, name, session, terminal) in rows.items():
         program, command = details.get(pid, (None, ""))
-        table[pid] = stop_policy.Process(pid, parent, name, program, command, holds_terminal=pid in hosts,
+        table[pid] = process_kinds.Process(pid, parent, name, program, command, holds_terminal=pid in hosts,
                                          session=session, terminal=terminal)
     if not pipes:
         return table
@@ -258,7 +263,7 @@ def snapshot(container: stop_policy.Container, pipes: bool = True) -> stop_polic
         outputs = read_as_owners(sorted(work), read_outputs, owners)
     for pid in stdin.keys() | outputs.keys():
         row = table[pid]  # built again rather than dataclasses.replace(), which costs twice as much
-        table[pid] = stop_policy.Process(pid, row.parent, row.name, row.program, row.command,
+        table[pid] = process_kinds.Process(pid, row.parent, row.name, row.program, row.command,
                                          row.kernel_thread, stdin.get(pid), outputs.get(pid, frozenset()),
                                          row.holds_terminal, row.session, row.terminal)
     return table

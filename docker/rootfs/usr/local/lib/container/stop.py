@@ -19,6 +19,7 @@ import signal
 import stat
 import time
 
+import process_kinds
 import process_table
 import stop_policy
 import stop_verdict
@@ -37,7 +38,7 @@ REPORTS_READ = 64       # reports of lost work read at most (run_folder.LOST_DIR
 REPORT_BYTES = 512
 
 
-def describe(pids: list[int] | tuple[int, ...] | set[int], table: stop_policy.Table) -> str:
+def describe(pids: list[int] | tuple[int, ...] | set[int], table: process_kinds.Table) -> str:
     shown = []
     for pid in list(pids)[:DESCRIBED_AT_MOST]:
         process = table.get(pid)
@@ -87,7 +88,7 @@ class Stop:
     """The three steps; clean only when everything signalled exited in time and every signal was sent.
     progress: how far the stop has come (stop_policy.Progress), the policy's to read and advance."""
 
-    def __init__(self, container: stop_policy.Container, children: Children, timeout_s: int,
+    def __init__(self, container: process_kinds.Container, children: Children, timeout_s: int,
                  command: int | None = None, oom: OomWatch | None = None) -> None:
         self.container, self.children, self.timeout_s, self.command = container, children, timeout_s, command
         self.oom = oom
@@ -100,7 +101,7 @@ class Stop:
         self.service_ended_at: float | None = None  # a service ended on its own: what ended with it is named
         self.left_by_the_service = ""  # what a service that asked for the stop had to close with work running
 
-    def signal_work(self, pids: list[int] | tuple[int, ...], table: stop_policy.Table) -> list[int]:
+    def signal_work(self, pids: list[int] | tuple[int, ...], table: process_kinds.Table) -> list[int]:
         """SIGTERM to PIDS as work; how each took SIGTERM is read first, and its exit status kept where the
         supervisor reaps it, for the verdict (stop_verdict.py). Returns those that could not be signalled."""
         bit = 1 << (signal.SIGTERM - 1)
@@ -109,8 +110,8 @@ class Stop:
             if pid not in self.signalled:
                 handled, ignored = process_table.signal_masks(pid)
                 process = table.get(pid)
-                counts = process is not None and stop_policy.is_python(process) \
-                    and not stop_policy.is_kernel(process) and pid not in parents
+                counts = process is not None and process_kinds.is_python(process) \
+                    and not process_kinds.is_kernel(process) and pid not in parents
                 self.signalled[pid] = stop_verdict.Signalled(pid, describe([pid], table), counts,
                                                              bool(handled & bit), bool(ignored & bit))
         self.children.kept.update(pids)

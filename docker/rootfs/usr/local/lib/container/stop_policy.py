@@ -6,7 +6,7 @@ tests/unit/test_stop_policy.py and test_stop_progress.py hold them on tables wri
   2. wait up to STOP_TIMEOUT, looking again as work exits (look, with the Progress so far);
   3. SIGTERM to what still runs below what ignored it, tops first (past_the_timeout), then to everything
      left (everything_left), shells hung up (shells), and SIGKILL after SERVICES_STOP_S.
-Holders are told by their executable, which no process can rename, or by name where it cannot be read.
+What each process is (a holder, a kernel, torchrun, multiprocessing's plumbing) is told in process_kinds.py.
 Beside it: close_policy.py (JupyterLab's closes), stop_verdict.py (the last line, the exit status),
 signal_policy.py (what a signal to the supervisor means).
 """
@@ -16,136 +16,20 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
+from process_kinds import (SHELLS, Container, Table, in_a_kernel, is_holder, is_kernel, is_plumbing,
+                           is_torchrun, part_of_its_parent)
 from process_tree import children_of as _children_by_parent
 from process_tree import descendants, descends
 
-# Programs that hold sessions open (basenames of /proc/PID/exe). The Jupyter servers and notebook
-# kernels are Python programs, told by their command line (JUPYTER_COMMAND).
-# code-server is the -vscode variant's node, installed under that name (docker/build/install-code-server.sh):
-# its server, terminal host and extension host hold the editor's sessions as JupyterLab holds its own.
-# Shells: an interactive one ignores SIGTERM, and ends on SIGHUP (step 3).
-SHELLS = frozenset({"bash", "sh", "dash", "zsh", "fish"})
-HOLDER_PROGRAMS = SHELLS | {"tini", "sshd", "tmux", "screen", "setpriv", "sleep", "code-server"}
-# The same by name (/proc/PID/comm, at most 15 bytes), for a process whose executable cannot be read.
-HOLDER_NAMES = SHELLS | {"tini", "sshd", "tmux: server", "tmux: client", "screen", "SCREEN", "jupyter-lab",
-                         "jupyterhub-sing", "jupyter-server", "jupyter-noteboo", "setpriv", "sleep"}
-# Names a holder's program gives its main thread whatever its executable (Node 24 calls it MainThread, so
-# code-server's processes carry that name): for these the executable is read, and decides alone.
-RENAMED_HOLDER_NAMES = frozenset({"MainThread"})
-SERVER_COMMAND = re.compile(r"(^|/)(jupyter-lab|jupyterhub-singleuser|jupyter-server|jupyter-notebook)( |$)")
-# A notebook kernel of any language: ipykernel, or a program handed the connection file a Jupyter server
-# writes for a kernel in its runtime folder (IRkernel, xeus-python, a kernel spec of the user's).
-KERNEL_COMMAND = re.compile(r"ipykernel_launcher|-m ipykernel|/jupyter/runtime/kernel-[\w-]+\.json( |$)")
-JUPYTER_COMMAND = re.compile(SERVER_COMMAND.pattern + "|" + KERNEL_COMMAND.pattern)
-TORCHRUN_COMMAND = re.compile(r"(/torchrun|torch\.distributed\.run|torch/distributed/run\.py) ")
 # The image's HEALTHCHECK, which the engine runs from outside every few seconds: its shell and what that
 # runs (curl, ss) are the container's own probe, never the user's work, whenever a stop finds them.
 HEALTHCHECK_COMMAND = re.compile(r"(^| )/usr/local/bin/healthcheck( |$)")
-# Names of programs that may be a Python program: only theirs is the command line worth reading.
-PYTHON_NAMES = ("python", "pt_elastic", "torchrun", "jupyter", "ipykernel")
 READER_DRAIN_S = 5.0
 # Step 3 waits this long for what it signalled last (the services, the shells), then SIGKILLs what is left.
 SERVICES_STOP_S = 10
 
 
-@dataclasses.dataclass(frozen=True)
-class Process:
-    """One row of /proc. program: the basename of its executable, None where it could not be read.
-    command: its command line, read for Python programs only. stdin, outputs: the pipes on fd 0 and on
-    fds 1 and 2 ("pipe:[1234]"). holds_terminal: it holds the master of a terminal in which another
-    session runs (script(1), an editor's terminal server, a web terminal). session, terminal: its session's
-    leader and its controlling terminal's device number (0: none), as /proc/PID/stat gives them."""
-    pid: int
-    parent: int
-    name: str
-    program: str | None = None
-    command: str = ""
-    kernel_thread: bool = False
-    stdin: str | None = None
-    outputs: frozenset[str] = frozenset()
-    holds_terminal: bool = False
-    session: int = 0
-    terminal: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class Container:
-    """What the stop knows of the container: the supervisor's PID, the services it started, whether it has
-    a PID namespace of its own. root: where set, only that process's descendants count (Container.below)."""
-    supervisor: int
-    services: frozenset[int] = frozenset()
-    own_pid_namespace: bool = True
-    root: int | None = None
-
-    @classmethod
-    def below(cls, root: int) -> Container:
-        """The processes below ROOT, as a Jupyter server sees the work in one of its terminals or kernels."""
-        return cls(supervisor=0, root=root)
-
-    @property
-    def counted_below(self) -> int | None:
-        """The process whose descendants alone count: ROOT, or the supervisor without a PID namespace."""
-        if self.root is not None:
-            return self.root
-        return None if self.own_pid_namespace else self.supervisor
-
-
-Table = dict[int, Process]
-
-
-# ---- what each process is ----------------------------------------------------------------------------
-
-def may_be_python(name: str) -> bool:
-    return name.startswith(PYTHON_NAMES)
-
-
-def is_python(process: Process) -> bool:
-    return may_be_python(process.program if process.program is not None else process.name)
-
-
-def is_holder_by_name(name: str) -> bool:
-    """Whether a process of this name holds sessions, where its executable cannot be read."""
-    return name in HOLDER_NAMES
-
-
-def may_be_holder(name: str) -> bool:
-    """Whether a process of this name may hold sessions: only for these is the executable read."""
-    return name in HOLDER_NAMES or name in RENAMED_HOLDER_NAMES
-
-
-def is_holder(process: Process, container: Container) -> bool:
-    """Whether PROCESS holds sessions (sshd, a shell, tmux, JupyterLab, a kernel, a service): never work."""
-    # A service is the supervisor's child; a PID of one that ended may come back as anything.
-    if process.pid in container.services and process.parent == container.supervisor:
-        return True
-    if process.program is not None:
-        if process.program in HOLDER_PROGRAMS:
-            return True
-    elif process.name in HOLDER_NAMES:
-        return True
-    # A command line is read only for a Python program, for what a Jupyter server started and for what a
-    # kernel forked (process_table.py).
-    return bool(JUPYTER_COMMAND.search(process.command))
-
-
-def terminal_host_candidates(rows: Mapping[int, tuple[int, str, int, int]]) -> list[int]:
-    """The processes that may hold a terminal in which another session runs, from each process's (parent,
-    name, session, controlling terminal): a parent of a session leader whose controlling terminal is not
-    the parent's own, and no holder by name already (sshd, tmux, a shell). Only these few have their
-    descriptors read for a terminal's master (process_table.holds_pty_master)."""
-    return sorted({parent for pid, (parent, _, session, tty) in rows.items()
-                   if session == pid and tty and parent in rows and rows[parent][3] != tty
-                   and not is_holder_by_name(rows[parent][1])})
-
-
-def is_kernel(process: Process) -> bool:
-    """A notebook kernel, or a fork of one (a DataLoader worker names itself pt_data_worker)."""
-    return bool(KERNEL_COMMAND.search(process.command))
-
-
-def is_torchrun(process: Process) -> bool:
-    return is_python(process) and bool(TORCHRUN_COMMAND.search(process.command + " "))
-
+# ---- what is work ------------------------------------------------------------------------------------
 
 def descends_from(table: Table, pid: int, ancestor: int) -> bool:
     return descends(lambda up: table[up].parent if up in table else None, pid, ancestor)
@@ -173,7 +57,8 @@ def user_work(table: Table, container: Container) -> set[int]:
     kernel is no work a hub should keep a server running for."""
     candidates = in_container(table, container)
     probes = health_probes(table, candidates)
-    return {pid for pid in candidates if not is_holder(table[pid], container) and pid not in probes}
+    return {pid for pid in candidates
+            if not is_holder(table[pid], container) and pid not in probes and not in_a_kernel(table, pid)}
 
 
 def health_probes(table: Table, candidates: list[int]) -> set[int]:
@@ -185,23 +70,18 @@ def health_probes(table: Table, candidates: list[int]) -> set[int]:
     return {pid for probe in probes for pid in [probe, *descendants(children, probe)]}
 
 
-def is_fork_of(table: Table, pid: int, parent: int) -> bool:
-    """Whether PID is PARENT's own fork (a DataLoader worker of a loop in a kernel): it runs its command."""
-    return parent in table and table[parent].command == table[pid].command
-
-
 def notebook_kernels(table: Table, container: Container) -> set[int]:
     """The notebook kernels, not their forks: those run the kernel's command line too."""
     kernels = {pid for pid in in_container(table, container) if is_kernel(table[pid])}
-    return {pid for pid in kernels
-            if not (table[pid].parent in kernels and is_fork_of(table, pid, table[pid].parent))}
+    return {pid for pid in kernels if not (table[pid].parent in kernels and part_of_its_parent(table, pid))}
 
 
 def free_kernels(table: Table, kernels: set[int], children: dict[int, list[int]]) -> set[int]:
-    """The kernels below which only their own forks run. A kernel signalled while a program its cell
-    started still runs (`!torchrun`, whose output comes through the kernel's pipe) would end under it."""
+    """The kernels below which only their own processes run (part_of_its_parent, all the way up). A kernel
+    signalled while a program its cell started still runs (`!torchrun`, whose output comes through the
+    kernel's pipe) would end under it."""
     return {kernel for kernel in kernels
-            if all(is_fork_of(table, below, kernel) for below in descendants(children, kernel))}
+            if all(part_of_its_parent(table, below) for below in descendants(children, kernel))}
 
 
 def tops(table: Table, work: set[int]) -> list[int]:
@@ -237,7 +117,11 @@ def pipe_writers(table: Table, reader: int, work: set[int]) -> frozenset[int]:
 def first_signal_of(table: Table, top: int, movable: set[int], children: dict[int, list[int]]) -> list[int]:
     """Who gets a top's SIGTERM: torchrun's workers where the top is or wraps torchrun (torch's agent turns
     a SIGTERM of its own into exit status 1 even when every worker saved), else the top itself. A torchrun
-    still in its rendezvous has no workers yet: it (or its wrapper) gets the signal."""
+    still in its rendezvous has no workers yet: it (or its wrapper) gets the signal. multiprocessing's
+    plumbing (is_plumbing), a top once the program that started it has ended, never gets it: its forks do
+    (the DataLoader workers of a trainer that was killed), where there are any."""
+    if is_plumbing(table, top):
+        return [child for child in children.get(top, ()) if child in movable]
     agents = [pid for pid in [top, *descendants(children, top, within=movable)] if is_torchrun(table[pid])]
     workers = [child for agent in agents for child in children.get(agent, ()) if child in movable]
     return workers or [top]

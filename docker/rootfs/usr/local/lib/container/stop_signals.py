@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 
+import process_kinds
 import process_table
 import signal_policy
 import stop_policy
@@ -63,7 +64,8 @@ class StopRequests:
 class Signals:
     """What the signals sent to the supervisor mean here: the runtime's stop, ignored, or passed on."""
 
-    def __init__(self, container: stop_policy.Container, command_mode: bool, requests: StopRequests) -> None:
+    def __init__(self, container: process_kinds.Container, command_mode: bool,
+                 requests: StopRequests) -> None:
         self.container, self.command_mode, self.requests = container, command_mode, requests
         self.asked_by: str | None = None  # the service that asked for the stop, if one did
 

@@ -13,7 +13,7 @@ import dataclasses
 import signal
 from collections.abc import Mapping
 
-from stop_policy import is_holder_by_name
+from process_kinds import is_holder_by_name
 
 DIED_OF_SIGTERM = 128 + signal.SIGTERM
 # What step 3's own signals give a session holder (a shell, sleep): it had nothing left to run.

@@ -23,6 +23,7 @@ from typing import Any
 
 sys.dont_write_bytecode = True  # the image compiled these at build; the run time changes nothing of it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves this folder off sys.path
+import process_kinds  # noqa: E402
 import process_table  # noqa: E402
 import stop_policy  # noqa: E402
 from children import Children  # noqa: E402
@@ -149,7 +150,7 @@ def wait_for_event(children: Children, watched: set[int], watches: list[HubActiv
             return "stop", info.si_signo
 
 
-def stop_what_the_command_left(stop: Stop, container: stop_policy.Container, status: int) -> None:
+def stop_what_the_command_left(stop: Stop, container: process_kinds.Container, status: int) -> None:
     """Work the command started in the background and left running would be SIGKILLed with the
     container, mid-save and without a word: it gets the stop `docker stop` gives."""
     table = process_table.snapshot(container, pipes=False)
@@ -238,7 +239,7 @@ def main(argv: list[str]) -> int:
     exporter = start_gpu_exporter(settings)
     children.watched = set(services) | ({exporter} - {None})  # an exporter's end is no lost work
     holders = {pid for pid, name in services.items() if name != "command"} | ({exporter} - {None})
-    container = stop_policy.Container(os.getpid(), frozenset(holders), settings["own_pid_namespace"])
+    container = process_kinds.Container(os.getpid(), frozenset(holders), settings["own_pid_namespace"])
     oom = OomWatch(settings["own_pid_namespace"])
     stop = Stop(container, children, settings["stop_timeout_s"], command, oom)
     if not started:
