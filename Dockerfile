@@ -141,10 +141,11 @@ RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTI
  # environment's (first on PATH once activated), where a .pth file that hangs would hang the tool too.
  && sed -i "1s|^#!.*|#!$(command -v python3)|" /usr/local/bin/user-packages \
  # stdout and stderr of every Python a line at a time, one write each (the file says why).
- && ln -s /usr/local/lib/container/line-buffered-output.pth \
+ && ln -s /usr/local/lib/container/python-hooks/line-buffered-output.pth \
       "$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/" \
  # torch.compile's caches in ~/.cache, kept with the home's caches, for every Python (the file says why).
- && ln -s /usr/local/lib/container/compile-cache.pth /usr/local/lib/container/container_compile_cache.py \
+ && ln -s /usr/local/lib/container/python-hooks/compile-cache.pth \
+      /usr/local/lib/container/python-hooks/container_compile_cache.py \
       "$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/" \
  # Group 0 with the owner's rights (g=u): OpenShift runs the image as an arbitrary uid in group 0.
  # What a base left in it (NGC's license and tutorials, world-writable) becomes the user's the same way.

@@ -285,7 +285,7 @@ lint: $(TEST_VENV) lint-workflows ## Lint the Dockerfile (hadolint), shell (shel
 	  deploy/jupyterhub/Dockerfile
 	$(TEST_VENV)/bin/shellcheck --shell=bash --external-sources entrypoint.sh .ci/run .ci/*.sh docker/build/*.sh \
 	  docker/rootfs/usr/local/lib/container/*.sh docker/rootfs/usr/local/lib/container/start/*.sh \
-	  docker/rootfs/usr/local/lib/container/python-kernel docker/rootfs/usr/local/lib/container/code-server \
+	  docker/rootfs/usr/local/lib/container/python-hooks/python-kernel docker/rootfs/usr/local/lib/container/jupyter/code-server \
 	  docker/rootfs/usr/local/bin/healthcheck docker/python/lock.sh tests/ngc_standin/*.sh \
 	  tests/ngc_standin/entrypoint.d/*.sh tools/*.sh tools/release/*.sh tools/pipeline/*.sh deploy/slurm/train.sbatch scripts/*.sh \
 	  docker/rootfs/etc/profile.d/*.sh examples/derived-image/start.d/*.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The container's entrypoint, run by tini (PID 1): the start-up steps, in order, then `exec` of the
-# supervisor (/usr/local/lib/container/supervisor.py), which runs the services or the command and stops
+# supervisor (/usr/local/lib/container/supervisor/supervisor.py), which runs the services or the command and stops
 # the container on SIGTERM (docs/how-it-runs.md).
 #   docker run IMAGE            -> start-up, then the services (SSH, JupyterLab), until SIGTERM
 #   docker run IMAGE CMD ...    -> start-up, then CMD as the container user (like NGC's entrypoint)
@@ -19,7 +19,7 @@ for step_library in /usr/local/lib/container/start/*.sh; do
 done
 
 readonly USER_HOOKS_DIR=/etc/container/start.d
-readonly SUPERVISOR=/usr/local/lib/container/supervisor.py
+readonly SUPERVISOR=/usr/local/lib/container/supervisor/supervisor.py
 readonly IMAGE_PYTHON_RECORD=/usr/local/lib/container/image-python  # written at build (Dockerfile)
 
 # Start-up never ends without a line (the EXIT trap below). A setting of the user's ends in fatal's own

@@ -22,5 +22,5 @@ export npm_config_nodedir=$node_home npm_config_update_notifier=false npm_config
 cd /root  # npm runs install scripts as the owner of the folder it runs in
 npm install --global --prefix /opt/code-server --omit=dev "code-server@$code_server_version"
 install -D -m 0755 "$node_home/bin/node" /opt/code-server/libexec/code-server
-rm -f /opt/code-server/bin/code-server  # needs a node on PATH; /usr/local/lib/container/code-server runs it
+rm -f /opt/code-server/bin/code-server  # needs a node on PATH; /usr/local/lib/container/jupyter/code-server runs it
 test -f /opt/code-server/lib/node_modules/code-server/out/node/entry.js

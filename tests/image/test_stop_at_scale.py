@@ -1,5 +1,5 @@
 """The stop path keeps up with thousands of processes and survives a full PID table: it forks nothing
-between `docker stop` and the trainer's SIGTERM (docker/rootfs/usr/local/lib/container/supervisor.py).
+between `docker stop` and the trainer's SIGTERM (docker/rootfs/usr/local/lib/container/supervisor/supervisor.py).
 Durations are measured in BENCHMARKS.md (tools/bench_stop.sh), not asserted here beyond the grace period.
 
     make test-image PYTEST_ARGS=tests/image/test_stop_at_scale.py

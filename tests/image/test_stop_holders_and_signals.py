@@ -134,7 +134,7 @@ def test_what_a_user_leaves_in_the_run_folder_neither_blocks_kernels_nor_the_nex
     container = containers(options=["--env", "JUPYTER_TOKEN=run-folder-test-token-4d3c2b1a"])
     container.wait_until_healthy()
     assert container.run("touch /run/container/stop/stopping").rc != 0  # the supervisor's folder only
-    assert container.run("touch /run/container/stopping && /usr/local/lib/container/python-kernel --version").rc == 0
+    assert container.run("touch /run/container/stopping && /usr/local/lib/container/python-hooks/python-kernel --version").rc == 0
     planted = " ".join(f"/run/container/{name}.new" for name in RUN_DIR_NAMES)
     moves = " && ".join(f"mv -T /run/container/{name}.new /run/container/{name}" for name in RUN_DIR_NAMES)
     # A folder under every name, as a user leaves them where no file of root's stands (the container's own

@@ -16,7 +16,8 @@ from tests.support import REPO_ROOT
 
 for folder in (REPO_ROOT / "scripts", REPO_ROOT / "scripts" / "multinode", REPO_ROOT / "tools" / "release",
                REPO_ROOT / "tools" / "regression", REPO_ROOT / "tools" / "deploy", REPO_ROOT / "tools" / "pipeline",
-               REPO_ROOT / "deploy" / "jupyterhub", REPO_ROOT / "docker/rootfs/usr/local/lib/container"):
+               REPO_ROOT / "deploy" / "jupyterhub", *(REPO_ROOT / "docker/rootfs/usr/local/lib/container" / kind
+                                                   for kind in ("supervisor", "jupyter", "python-hooks"))):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 

@@ -1,5 +1,5 @@
 """torch.compile's caches go where the image keeps caches, ~/.cache, unless the user chose a folder or
-~/.cache cannot be written (docker/rootfs/usr/local/lib/container/container_compile_cache.py, which the
+~/.cache cannot be written (docker/rootfs/usr/local/lib/container/python-hooks/container_compile_cache.py, which the
 image's compile-cache.pth runs at every Python start). tests/image/test_compile_cache.py checks every way
 into a container.
 

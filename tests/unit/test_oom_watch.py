@@ -1,5 +1,5 @@
 """The supervisor's count of the kernel's out-of-memory kills (docker/rootfs/usr/local/lib/container/
-oom_watch.py), on cgroup files written by hand: cgroup v2's memory.events and v1's memory.oom_control.
+supervisor/oom_watch.py), on cgroup files written by hand: cgroup v2's memory.events and v1's memory.oom_control.
 The real kill, in a container with a memory limit, is in tests/image/test_stop_lost_work.py.
 
     make test-unit PYTEST_ARGS=tests/unit/test_oom_watch.py

@@ -1,6 +1,6 @@
 """The run folder's names and the start-up log's prefix have one home each in Python and in shell
-(docker/rootfs/usr/local/lib/container/run_folder.py and run_folder.sh): the two agree, the copies that
-must stay (the kernel's, which runs in the user's Python) agree with them, and no other file of the
+(docker/rootfs/usr/local/lib/container/supervisor/run_folder.py and run_folder.sh beside supervisor/): the two
+agree, the copies that must stay (the kernel's, which runs in the user's Python) agree with them, and no other file of the
 runtime spells them. STOP_TIMEOUT is read once, from the settings start-up wrote.
 
     make test-unit PYTEST_ARGS=tests/unit/test_run_folder.py
@@ -35,7 +35,7 @@ def test_the_shell_and_python_homes_name_the_same_files():
 
 def test_the_kernels_copy_of_the_stop_marker_is_the_same():
     """Read, not imported: the file registers itself with the IPython it runs in."""
-    tree = ast.parse((CONTAINER_LIB / "kernel_stop.py").read_text())
+    tree = ast.parse((CONTAINER_LIB / "python-hooks" / "kernel_stop.py").read_text())
     copies = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
               and [target.id for target in node.targets if isinstance(target, ast.Name)] == ["STOPPING"]]
     assert copies == [run_folder.STOPPING]

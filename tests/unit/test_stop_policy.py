@@ -1,4 +1,4 @@
-"""The stop's decisions (docker/rootfs/usr/local/lib/container/stop_policy.py) on process tables written
+"""The stop's decisions (docker/rootfs/usr/local/lib/container/supervisor/stop_policy.py) on process tables written
 out by hand: who holds a session, which processes are tops, torchrun's workers, wrappers, pipeline readers,
 launchers that exited, the host's PID namespace and kernel threads. The real stops are in
 tests/image/test_stop*.py.

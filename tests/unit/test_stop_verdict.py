@@ -1,4 +1,4 @@
-"""The stop's verdict (docker/rootfs/usr/local/lib/container/stop_verdict.py) on records written by hand:
+"""The stop's verdict (docker/rootfs/usr/local/lib/container/supervisor/stop_verdict.py) on records written by hand:
 which work the stop ended unsaved, and the container's exit status. The real stops are in
 tests/image/test_stop_endings.py.
 

@@ -58,7 +58,7 @@ def in_the_image(path: str):
 def test_the_variant_serves_code_server_on_a_socket_opened_on_the_servers_folder(monkeypatch, environment, folder):
     vscode = proxied_servers(monkeypatch, environment, variant=True)["vscode"]
     wrapper, socket, opened = vscode["command"]
-    assert (wrapper, socket, opened) == ("/usr/local/lib/container/code-server", "{unix_socket}", folder)
+    assert (wrapper, socket, opened) == ("/usr/local/lib/container/jupyter/code-server", "{unix_socket}", folder)
     assert os.access(in_the_image(wrapper), os.X_OK), "the wrapper must be executable in the image"
     # A socket the proxy makes, and no port: nothing reaches code-server around Jupyter's login.
     assert vscode["unix_socket"] is True and "{port}" not in vscode["command"]
@@ -75,7 +75,7 @@ def test_the_launcher_tile_is_named_vs_code_and_shows_an_icon_the_image_has(monk
 
 
 def test_the_wrapper_turns_code_servers_own_login_off_and_listens_only_on_the_socket():
-    wrapper = in_the_image("/usr/local/lib/container/code-server").read_text()
+    wrapper = in_the_image("/usr/local/lib/container/jupyter/code-server").read_text()
     launch = wrapper[wrapper.index("exec "):]
     assert '--socket "$socket"' in launch and "--socket-mode 0600" in launch and "--auth none" in launch
     assert "--bind-addr" not in wrapper and "--port" not in wrapper

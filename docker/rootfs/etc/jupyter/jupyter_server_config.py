@@ -99,7 +99,7 @@ else:
 # first, as docker stop does, and /api/shutdown becomes the container's orderly stop (jupyter_work_first.py).
 # Updated, not set: the extensions other configs enable stay enabled.
 # Jupyter's token is never forwarded to a proxied server (jupyter_proxy_without_token.py).
-sys.path.append("/usr/local/lib/container")
+sys.path.append("/usr/local/lib/container/jupyter")
 c.ServerApp.jpserver_extensions.update({"jupyter_work_first": True, "jupyter_proxy_without_token": True})
 # No kernel is restarted once the container's stop has begun (jupyter_work_first.py says why).
 c.AsyncIOLoopKernelManager.restarter_class = "jupyter_work_first.RestarterThatStopsWithTheContainer"
@@ -120,8 +120,8 @@ c.ServerProxy.servers = {
 
 # VS Code in the browser, in the -vscode variant only (make build VSCODE=1): /vscode/ behind the same login,
 # started on first visit. It listens on a Unix socket the proxy makes in a private folder, so no port of
-# the container reaches it, and its own login is off (/usr/local/lib/container/code-server).
-CODE_SERVER = "/usr/local/lib/container/code-server"
+# the container reaches it, and its own login is off (/usr/local/lib/container/jupyter/code-server).
+CODE_SERVER = "/usr/local/lib/container/jupyter/code-server"
 CODE_SERVER_NODE = "/opt/code-server/libexec/code-server"  # what only the variant has
 if os.path.exists(CODE_SERVER_NODE):
     c.ServerProxy.servers["vscode"] = {

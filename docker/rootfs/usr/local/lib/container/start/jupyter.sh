@@ -12,10 +12,10 @@
 
 readonly JUPYTER_TOKEN_FILE_NAME=.jupyter/token
 readonly MIN_JUPYTER_TOKEN_LENGTH=16
-readonly PASSWORD_HASH_CHECK=/usr/local/lib/container/check_jupyter_password_hash.py
+readonly PASSWORD_HASH_CHECK=/usr/local/lib/container/jupyter/check_jupyter_password_hash.py
 readonly MAKE_PASSWORD_HASH="python3 -c \"from jupyter_server.auth import passwd; print(passwd())\""
 readonly IMAGE_JUPYTER_CONFIG_DIR=/etc/jupyter
-readonly GUARDED_JUPYTER=/usr/local/lib/container/jupyter-refusing-strangers
+readonly GUARDED_JUPYTER=/usr/local/lib/container/jupyter/jupyter-refusing-strangers
 
 # The token file lives in the user's home, where the user may plant a link: it is read and written as
 # the user, never as root, so a link can lead only where the user could write anyway.

@@ -34,9 +34,10 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.ioloop import IOLoop
 
-CONTAINER_LIB = os.path.dirname(os.path.abspath(__file__))
-if CONTAINER_LIB not in sys.path:
-    sys.path.append(CONTAINER_LIB)
+# The stop's policy and the run folder's names, which the supervisor's folder beside this one holds.
+SUPERVISOR_LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "supervisor")
+if SUPERVISOR_LIB not in sys.path:
+    sys.path.append(SUPERVISOR_LIB)
 import close_policy  # noqa: E402
 import process_kinds  # noqa: E402
 import process_table  # noqa: E402
