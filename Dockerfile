@@ -142,6 +142,7 @@ RUN sed -i '1i [ -z "${CONTAINER_SESSION_ENV_LOADED-}" ] && [ -n "${SSH_CONNECTI
  && sed -i "1s|^#!.*|#!$(command -v python3)|" /usr/local/bin/user-packages \
  # stdout and stderr of every Python a line at a time, one write each (the file says why).
  && ln -s /usr/local/lib/container/python-hooks/line-buffered-output.pth \
+      /usr/local/lib/container/python-hooks/line_buffered_output.py \
       "$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/" \
  # torch.compile's caches in ~/.cache, kept with the home's caches, for every Python (the file says why).
  && ln -s /usr/local/lib/container/python-hooks/compile-cache.pth \
