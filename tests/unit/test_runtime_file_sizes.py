@@ -6,8 +6,6 @@ its import lines one line each, so a long one hides the hook's logic where nothi
 """
 from __future__ import annotations
 
-import io
-
 import pytest
 
 from tests.support import REPO_ROOT
@@ -33,19 +31,3 @@ def test_no_runtime_file_is_too_long_or_too_wide(path) -> None:
     assert len(lines) <= MOST_LINES, f"{len(lines)} lines: split it by job (docs/contributing.md)"
     assert not wide, f"lines over {WIDEST_LINE} characters: {wide}"
 
-
-def test_the_output_hook_makes_python_streams_write_whole_lines(monkeypatch) -> None:
-    import line_buffered_output
-    unbuffered = io.TextIOWrapper(io.BytesIO(), write_through=True)  # as python -u makes stdout
-    class NotebookStream(io.StringIO):  # a stream put in place of Python's own buffers its own way
-        reconfigured = False
-
-        def reconfigure(self, **settings) -> None:
-            self.reconfigured = True
-
-    notebook_stream = NotebookStream()
-    monkeypatch.setattr("sys.stdout", unbuffered)
-    monkeypatch.setattr("sys.stderr", notebook_stream)
-    line_buffered_output.write_whole_lines()
-    assert unbuffered.line_buffering and not unbuffered.write_through
-    assert not notebook_stream.reconfigured
