@@ -55,7 +55,7 @@ from trainer import huggingface, output, prometheus
 from trainer.checkpointer import CheckpointFailure, Checkpointer
 from trainer.config import parse_config
 from trainer.data import (MicroBatchStream, ResumableDistributedSampler, SyntheticImages, SyntheticTokens,
-                          TokenFile, load_image_folder, make_loader, stop_worker_server)
+                          TokenFile, UnusableData, load_image_folder, make_loader, stop_worker_server)
 from trainer.distributed import (SAVE_SIGNAL, Placement, StoppedWithNothingToSave, StopSignal, choose_device,
                                  finish_process_group, freeze_what_lives_as_long_as_the_process, read_placement,
                                  start_process_group)
@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
                 if stop.received:  # the save a stop asked for: the container's stop must not call it clean
                     report_lost_work(f"train_ddp.py stopped by {stop.received} without its last checkpoint: {error}")
             status = error.status
+        except UnusableData as error:  # found before training, the same on every rank
+            if placement.local_rank == 0:
+                print(f"train_ddp.py: error: {error}", file=sys.stderr, flush=True)
+            status = 2
         except StoppedWithNothingToSave as stopped:  # before or in the first step (compiling, maybe): at once
             if placement.is_main:
                 print(f"stopped by {stopped.signal_name} in the first step, before anything was trained since the "

@@ -100,14 +100,22 @@ class TokenFile(Dataset):
         return window[:-1], window[1:]
 
 
+class UnusableData(Exception):
+    """The training data cannot be trained on; the message is the line the user reads."""
+
+
 def load_image_folder(root: str, image_size: int) -> Dataset:
     """An ImageFolder dataset (one sub-folder per class) resized to IMAGE_SIZE; needs torchvision."""
     from torchvision import datasets, transforms  # optional dependency, checked in config validation
 
-    return datasets.ImageFolder(root, transforms.Compose([
+    resize = transforms.Compose([
         transforms.Resize(image_size), transforms.CenterCrop(image_size), transforms.ToTensor(),
         transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-    ]))
+    ])
+    try:
+        return datasets.ImageFolder(root, resize)
+    except OSError as error:  # no class folder, a class folder without images, a folder it may not read
+        raise UnusableData(f"--data-dir {root} is not a folder of images per class: {error}") from None
 
 
 class ResumableDistributedSampler(DistributedSampler):
@@ -221,6 +229,10 @@ class MicroBatchStream:
     """
 
     def __init__(self, loader: DataLoader, *, sampler: ResumableDistributedSampler) -> None:
+        if len(sampler) < loader.batch_size:  # not one whole batch an epoch: next_batch would wait for ever
+            raise UnusableData(f"the training data holds {len(sampler.dataset)} samples, fewer than one batch on "
+                               f"every rank ({loader.batch_size} x {sampler.num_replicas} ranks); add data or "
+                               f"lower --batch-size")
         self.loader, self.sampler = loader, sampler
         self.epoch, self.batches_done = 0, 0
         self._batches: Iterator | None = None
