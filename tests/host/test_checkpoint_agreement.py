@@ -1,5 +1,5 @@
 """Ranks agree on the checkpoint they resume from, or all refuse in one line
-(scripts/trainer/checkpoint.py, agree_on_reading). Two real gloo ranks, each with its own view of the
+(scripts/trainer/checkpoint_read.py, agree_on_reading). Two real gloo ranks, each with its own view of the
 checkpoint folder, as nodes whose network mounts disagree (a stale cache) have: one rank finds the newest
 checkpoint damaged while the other reads it whole.
 

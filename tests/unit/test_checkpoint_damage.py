@@ -1,6 +1,6 @@
 """A damaged checkpoint is set aside in one line that never repeats torch's advice to load it unsafely,
 and when none is left to resume from, one line says that training starts afresh
-(scripts/trainer/checkpoint.py, load_newest_checkpoint).
+(scripts/trainer/checkpoint_read.py, load_newest_checkpoint).
 
     make test-unit PYTEST_ARGS=tests/unit/test_checkpoint_damage.py
 """

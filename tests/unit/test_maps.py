@@ -4,6 +4,7 @@ this test until it is documented; each failure says what to add where.
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 from pathlib import Path
@@ -252,6 +253,18 @@ def test_every_link_and_path_a_doc_names_exists(doc: Path) -> None:
     broken += sorted(f"path {path}" for path in named_paths(text) if not is_in_tree(path))
     assert not broken, (f"{doc.relative_to(REPO_ROOT)} names what the tree lacks: {', '.join(broken)}; "
                         "fix the name in the doc, or add the file")
+
+
+def test_every_path_a_python_file_opens_with_exists() -> None:
+    """A Python file's docstring is the map of what it tests or does; the files it names must exist."""
+    broken = []
+    for path in repository_text_files():
+        if path.suffix == ".py":
+            opening = ast.get_docstring(ast.parse(read(path))) or ""
+            broken += [f"{path.relative_to(REPO_ROOT)}: {named}" for named in sorted(named_paths(opening))
+                       if not is_in_tree(named)]
+    assert not broken, (f"these docstrings name what the tree lacks: {'; '.join(broken)}; name the file that "
+                        "holds it now")
 
 
 def repository_text_files() -> list[Path]:
