@@ -167,20 +167,21 @@ def train(state: TrainingState, reporter: MetricsReporter, checkpointer: Checkpo
     loss_sum = torch.zeros((), device=state.device)
     start_step = state.step
     while state.step < args.max_steps:
+        first_step = state.step == start_step  # nothing trained since the start or the checkpoint
         asked = stop.agree(state.group)  # every rank sees the same answers at the same step
-        if asked.stop and state.step == start_step:  # nothing trained since the start: no save, as in the step
+        if asked.stop and first_step:  # nothing to save, as for a stop inside the step
             raise StoppedWithNothingToSave(stop.received or "a stop signal on another rank")
         if asked.stop:
             break
         if asked.save:
             checkpointer.save_now(f"{SAVE_SIGNAL.name} asked for a checkpoint")
         lr = state.scheduler.get_last_lr()[0]
-        with stop.nothing_to_lose(state.step == start_step):  # the first step: nothing trained since the start
+        with stop.nothing_to_lose(first_step):
             loss_sum += train_one_step(state)
         state.scheduler.step()
         state.step += 1
         prometheus.step_finished(state.step)
-        if state.step == start_step + 1:
+        if first_step:
             after_the_first_step(state, reporter, checkpointer, stop, clock)
         if state.step % args.log_every == 0 or state.step == args.max_steps:
             totals = gather_for_the_report(loss_sum, peak_memory_bytes(state), state.stream.take_wait_seconds())
