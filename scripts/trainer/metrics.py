@@ -85,7 +85,8 @@ class MetricsReporter:
     def __init__(self, args: argparse.Namespace, *, placement: Placement, device: torch.device,
                  flops_per_sample: int | None, peak: float | None) -> None:
         self.max_steps, self.device = args.max_steps, device
-        self.global_batch = args.batch_size * args.grad_accum * placement.world_size
+        self.world_size = placement.world_size
+        self.global_batch = args.batch_size * args.grad_accum * self.world_size
         self.tokens_per_sample: int | None = args.seq_len  # None for the CNN
         self.flops_per_sample, self.peak = flops_per_sample, peak
         self.restart_count = placement.restart_count
@@ -151,7 +152,7 @@ class MetricsReporter:
             record["tokens_per_sec"] = record["samples_per_sec"] * self.tokens_per_sample
         if self.flops_per_sample and self.peak:
             # MFU of one device: the whole job's useful FLOP/s over the peak of all its devices.
-            record["mfu"] = record["samples_per_sec"] * self.flops_per_sample / (self.peak * len(memory_per_rank))
+            record["mfu"] = record["samples_per_sec"] * self.flops_per_sample / (self.peak * self.world_size)
         return record
 
     def progress_line(self, record: dict[str, Any]) -> str:
