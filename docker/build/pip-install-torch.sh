@@ -30,7 +30,8 @@ vision="torchvision==0.$((minor + 15)).${patch%%[!0-9]*}"
 echo "$index_url" >"$(python3 -c 'import sys; print(sys.prefix)')/torch-index-url"
 if { [[ -n $wheelhouse ]] && pip install --quiet --no-index --no-deps --find-links "$wheelhouse" "$vision" 2>/dev/null; } ||
   pip install --quiet --no-deps --retries 1 --timeout 30 --index-url "$index_url" "$vision" 2>/dev/null; then
-  if python3 -c 'import torch, torchvision.ops; torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)'; then
+  # Its traceback would only repeat the mismatch that the line below names.
+  if python3 -c 'import torch, torchvision.ops; torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)' 2>/dev/null; then
     python3 -c 'import torchvision; print("torchvision", torchvision.__version__, "for torch", torchvision.version.cuda or "cpu")'
   else
     pip uninstall --quiet --yes torchvision
