@@ -144,7 +144,9 @@ def open_through_quick_open(vscode, file_name: str) -> None:
 
 
 def run_in_a_new_terminal(vscode, container: Container, command: str) -> None:
-    """Opens a terminal of VS Code (a login shell) and types COMMAND at its prompt."""
+    """Opens a terminal of VS Code (a login shell) and types COMMAND at its prompt, once the shell has run
+    a command typed there: keys typed while the shell starts can be lost, and a command that lost its
+    beginning runs its tail (landing run 65: `bash: chrun: command not found`)."""
     vscode.keyboard.press("Control+Backquote")
     wait_until(lambda: a_terminal_runs(container), SETTLES_S, failure="no terminal started in VS Code")
     # The shell may start before the terminal takes the keyboard from an open file: click into it first.
@@ -152,6 +154,18 @@ def run_in_a_new_terminal(vscode, container: Container, command: str) -> None:
     terminal.click()
     vscode.wait_for_function("document.activeElement?.classList.contains('xterm-helper-textarea')",
                              timeout=BROWSER_WAIT_MS)
+    answered = f"/tmp/terminal-answered-{uuid.uuid4().hex}"
+
+    def the_shell_answers() -> bool:
+        vscode.keyboard.type(f"touch {answered}")  # a try that loses keys fails harmlessly; the next one runs
+        vscode.keyboard.press("Enter")
+        try:
+            wait_until(lambda: container.run(f"test -e {answered}").rc == 0, PICKER_PROBE_MS / 1000, interval=0.5)
+        except AssertionError:
+            return False
+        return True
+    wait_until(the_shell_answers, SETTLES_S, interval=1,
+               failure="VS Code's terminal never ran a command typed into it: see the test's screenshot")
     vscode.keyboard.type(command)
     vscode.keyboard.press("Enter")
 
