@@ -30,12 +30,16 @@ vision="torchvision==0.$((minor + 15)).${patch%%[!0-9]*}"
 echo "$index_url" >"$(python3 -c 'import sys; print(sys.prefix)')/torch-index-url"
 if { [[ -n $wheelhouse ]] && pip install --quiet --no-index --no-deps --find-links "$wheelhouse" "$vision" 2>/dev/null; } ||
   pip install --quiet --no-deps --retries 1 --timeout 30 --index-url "$index_url" "$vision" 2>/dev/null; then
-  # Its traceback would only repeat the mismatch that the line below names.
-  if python3 -c 'import torch, torchvision.ops; torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)' 2>/dev/null; then
+  # Then what it needs besides torch (numpy, Pillow: `import torchvision` imports both), from the wheelhouse
+  # or PIP_INDEX_URL, as torch's own; the lock pins them later. Without them the check below always failed.
+  links=()
+  [[ -n $wheelhouse ]] && links=(--find-links "$wheelhouse")
+  pip install --quiet "${links[@]}" "$vision" 2>/dev/null || true  # what is still missing, the check names
+  if problem=$(python3 -c 'import torch, torchvision.ops; torchvision.ops.nms(torch.zeros(1, 4), torch.zeros(1), 0.5)' 2>&1); then
     python3 -c 'import torchvision; print("torchvision", torchvision.__version__, "for torch", torchvision.version.cuda or "cpu")'
   else
     pip uninstall --quiet --yes torchvision
-    echo "the $vision found does not run with torch $torch_version: left out"
+    echo "the $vision found does not run with torch $torch_version (${problem##*$'\n'}): left out"
   fi
 else
   echo "$vision (for torch $torch_version) is in neither the wheelhouse nor $index_url: the image has no torchvision; pip install --index-url $index_url $vision adds it"
