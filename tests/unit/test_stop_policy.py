@@ -100,6 +100,17 @@ def test_the_healthchecks_probe_is_no_work_but_the_same_programs_a_user_runs_are
     assert look(processes, CONTAINER).signal == (51,)
 
 
+def test_the_engine_entering_the_container_is_nothing_yet_and_what_it_becomes_is_judged_then():
+    """`docker exec` and the HEALTHCHECK (every 0.5 s of the first minute) start as runc's own init inside
+    the container; a command that exited just then left no work (landing run 66: "left work running:
+    136(runc init)", exit 1 for a command that exited 0)."""
+    entering = Process(60, 0, "runc:[2:INIT]", None)
+    assert user_work(table(entering), CONTAINER) == set()
+    assert look(table(entering), CONTAINER).signal == ()
+    became = table(python(60, 0))  # a `docker exec` of the trainer, at the next look
+    assert user_work(became, CONTAINER) == {60}
+
+
 def test_an_idle_kernel_is_no_work_a_hub_keeps_a_server_running_for():
     assert user_work(table(python(21, 20, KERNEL)), CONTAINER) == set()
 

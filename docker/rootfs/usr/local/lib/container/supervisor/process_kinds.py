@@ -92,6 +92,13 @@ def is_python(process: Process) -> bool:
     return may_be_python(process.program if process.program is not None else process.name)
 
 
+def is_entering(process: Process) -> bool:
+    """Whether PROCESS is the engine entering the container to start a process there (`docker exec`, the
+    HEALTHCHECK every 0.5 s of its first minute): runc names itself "runc:[2:INIT]" until, a moment later,
+    it becomes that process. It is nothing yet; the next look sees what it became."""
+    return process.name.startswith("runc:[")
+
+
 def is_holder_by_name(name: str) -> bool:
     """Whether a process of this name holds sessions, where its executable cannot be read."""
     return name in HOLDER_NAMES

@@ -16,8 +16,8 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from process_kinds import (SHELLS, Container, Table, in_a_kernel, is_holder, is_kernel, is_plumbing,
-                           is_torchrun, part_of_its_parent)
+from process_kinds import (SHELLS, Container, Table, in_a_kernel, is_entering, is_holder, is_kernel,
+                           is_plumbing, is_torchrun, part_of_its_parent)
 from process_tree import children_of as _children_by_parent
 from process_tree import descendants, descends
 
@@ -40,10 +40,11 @@ def children_of(table: Table) -> dict[int, list[int]]:
 
 
 def in_container(table: Table, container: Container) -> list[int]:
-    """Every process the stop may signal: not PID 1, not the supervisor, no kernel thread, and where only
-    some process's descendants count (Container.counted_below), only those: the host's never."""
-    candidates = [pid for pid, process in table.items()
-                  if pid not in (1, container.supervisor) and not process.kernel_thread]
+    """Every process the stop may signal: not PID 1, not the supervisor, no kernel thread, not the engine
+    entering the container, and where only some process's descendants count (Container.counted_below),
+    only those: the host's never."""
+    candidates = [pid for pid, process in table.items() if pid not in (1, container.supervisor)
+                  and not process.kernel_thread and not is_entering(process)]
     root = container.counted_below
     if root is None:
         return candidates
